@@ -1,0 +1,91 @@
+/**
+ * The one list of configuration variables: name, type, default and the line
+ * of documentation that README.md, .env.example and the Helm chart repeat.
+ * Every default is also exported as a `DEFAULT_*` constant.
+ */
+
+export const DEFAULT_AUTH_MODE = 'oauth2'
+export const DEFAULT_AUTH_REALM = 'service-realm'
+export const DEFAULT_PROXY_HOST = '127.0.0.1'
+export const DEFAULT_PROXY_PORT = 8080
+export const DEFAULT_ADMIN_HOST = '0.0.0.0'
+export const DEFAULT_ADMIN_PORT = 9090
+export const DEFAULT_LOG_LEVEL = 'info'
+export const DEFAULT_UPSTREAM_TIMEOUT_MS = 30_000
+export const DEFAULT_UPSTREAM_IDLE_TIMEOUT_MS = 300_000
+export const DEFAULT_UPSTREAM_CONNECTIONS = 128
+export const DEFAULT_UPSTREAM_KEEPALIVE_MS = 4_000
+export const DEFAULT_TOKEN_TIMEOUT_MS = 10_000
+export const DEFAULT_TOKEN_WAIT_MS = 5_000
+export const DEFAULT_TOKEN_RETRY_MIN_MS = 1_000
+export const DEFAULT_TOKEN_RETRY_MAX_MS = 30_000
+export const DEFAULT_TOKEN_REJECTED_RETRY_MS = 60_000
+export const DEFAULT_SHUTDOWN_GRACE_MS = 10_000
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
+
+interface Property {
+  type: 'string' | 'integer'
+  description: string
+  default?: string | number
+  enum?: readonly string[]
+  minimum?: number
+  maximum?: number
+  minLength?: number
+  /** a secret: its value is never printed, whatever the error */
+  secret?: boolean
+}
+
+const port = (description: string, value: number): Property =>
+  ({ type: 'integer', description, default: value, minimum: 0, maximum: 65535 })
+const millis = (description: string, value: number, minimum = 1): Property =>
+  ({ type: 'integer', description, default: value, minimum, maximum: 2_147_483_647 })
+const text = (description: string, extra: Partial<Property> = {}): Property =>
+  ({ type: 'string', description, minLength: 1, ...extra })
+
+export const properties = {
+  BASE_URL: text('upstream base URL (http or https); a path prefix is kept'),
+  AUTH_MODE: text('oauth2 (bearer token from the token endpoint) or basic (RFC 7617, no token endpoint)', { enum: ['oauth2', 'basic'], default: DEFAULT_AUTH_MODE }),
+  AUTH_URL: text('base URL of the auth server; required in oauth2 mode unless AUTH_TOKEN_URL is set'),
+  AUTH_REALM: text('realm segment of the token path', { default: DEFAULT_AUTH_REALM }),
+  AUTH_TOKEN_URL: text('full token endpoint URL; overrides {AUTH_URL}/auth/realms/{AUTH_REALM}/protocol/openid-connect/token'),
+  AUTH_CLIENT_ID: text('OAuth client id; required in oauth2 mode'),
+  AUTH_CLIENT_SECRET: text('client secret, for confidential clients', { secret: true }),
+  AUTH_CLIENT_SECRET_FILE: text('file holding the client secret (re-read when it changes)'),
+  AUTH_USERNAME: text('service account user name'),
+  AUTH_USERNAME_FILE: text('file holding the user name (re-read when it changes)'),
+  AUTH_PASSWORD: text('service account password', { secret: true }),
+  AUTH_PASSWORD_FILE: text('file holding the password (re-read when it changes)'),
+  AUTH_SCOPE: text('scope sent with both grants, e.g. "openid offline_access"'),
+  PROXY_HOST: text('address the proxy listens on; loopback so only the pod\'s containers can use it', { default: DEFAULT_PROXY_HOST }),
+  PROXY_PORT: port('proxy port', DEFAULT_PROXY_PORT),
+  ADMIN_HOST: text('address of the health, readiness and metrics listener', { default: DEFAULT_ADMIN_HOST }),
+  ADMIN_PORT: port('admin port', DEFAULT_ADMIN_PORT),
+  LOG_LEVEL: text('pino log level', { enum: LOG_LEVELS, default: DEFAULT_LOG_LEVEL }),
+  UPSTREAM_TIMEOUT_MS: millis('longest wait for the upstream\'s response headers, then 504', DEFAULT_UPSTREAM_TIMEOUT_MS),
+  UPSTREAM_IDLE_TIMEOUT_MS: millis('longest silence inside a response body before it is cut; 0 for never', DEFAULT_UPSTREAM_IDLE_TIMEOUT_MS, 0),
+  UPSTREAM_CONNECTIONS: { type: 'integer', description: 'most connections kept open to the upstream', default: DEFAULT_UPSTREAM_CONNECTIONS, minimum: 1, maximum: 65535 },
+  UPSTREAM_KEEPALIVE_MS: millis('how long an idle pooled upstream connection is kept; keep it below the upstream\'s own keep-alive timeout', DEFAULT_UPSTREAM_KEEPALIVE_MS),
+  TOKEN_TIMEOUT_MS: millis('longest wait for one token request', DEFAULT_TOKEN_TIMEOUT_MS),
+  TOKEN_WAIT_MS: millis('longest a proxied request waits for a token being obtained, then 503', DEFAULT_TOKEN_WAIT_MS, 0),
+  TOKEN_RETRY_MIN_MS: millis('first retry delay after an auth-server outage (doubles each time, jittered)', DEFAULT_TOKEN_RETRY_MIN_MS),
+  TOKEN_RETRY_MAX_MS: millis('longest retry delay after an auth-server outage', DEFAULT_TOKEN_RETRY_MAX_MS),
+  TOKEN_REJECTED_RETRY_MS: millis('retry delay after the credentials were rejected (protects against brute-force lockout)', DEFAULT_TOKEN_REJECTED_RETRY_MS),
+  SHUTDOWN_GRACE_MS: millis('how long in-flight requests may finish after SIGTERM', DEFAULT_SHUTDOWN_GRACE_MS, 0)
+} satisfies Record<string, Property>
+
+export type VariableName = keyof typeof properties
+
+/** The JSON schema env-schema validates against (our own `secret` marker removed). */
+export const envJsonSchema = {
+  type: 'object',
+  properties: Object.fromEntries(Object.entries(properties).map(([name, p]) => {
+    const { secret: _secret, ...schema } = p as Property
+    return [name, schema]
+  })),
+  required: []
+}
+
+export const SECRET_VARIABLES: ReadonlySet<string> = new Set(
+  Object.entries(properties).filter(([, p]) => (p as Property).secret).map(([name]) => name)
+)

@@ -1,0 +1,256 @@
+import { createHmac, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto'
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
+
+/**
+ * A development token server that answers the way Keycloak does: the same
+ * token path, the same success fields, the same error bodies and statuses,
+ * refresh-token rotation, offline tokens (`refresh_expires_in: 0`) and SSO
+ * session limits. `npm run demo` runs on it; the tests drive it and inject
+ * faults. Never a production component.
+ */
+
+export interface TokenServerOptions {
+  realm?: string
+  /** client id → secret (undefined: a public client) */
+  clients?: Record<string, string | undefined>
+  /** user name → password */
+  users?: Record<string, string>
+  /** access token lifetime, seconds */
+  accessTokenSeconds?: number
+  /** refresh token lifetime, seconds (Keycloak's SSO Session Idle) */
+  refreshTokenSeconds?: number
+  /** a refresh token works once (Keycloak's "Revoke Refresh Token") */
+  rotation?: boolean
+  /** path of the token endpoint; Keycloak's (with the /auth prefix) by default */
+  tokenPath?: string
+}
+
+export interface GrantRecord {
+  grantType: string
+  form: Record<string, string>
+  at: number
+  status: number
+}
+
+/** What the next token request gets instead of a normal answer. */
+export type Fault =
+  | { status: number, body: string, contentType?: string, headers?: Record<string, string> }
+  | { hang: true }
+  | { reset: true }
+  | { delayMs: number }
+
+interface Session { id: string, user: string, active: boolean }
+interface RefreshState { session: Session, expiresAt: number | undefined, used: boolean }
+
+const KC = {
+  badUser: { status: 401, error: 'invalid_grant', description: 'Invalid user credentials' },
+  badClient: { status: 401, error: 'invalid_client', description: 'Invalid client or Invalid client credentials' },
+  notActive: { status: 400, error: 'invalid_grant', description: 'Token is not active' },
+  sessionGone: { status: 400, error: 'invalid_grant', description: 'Session not active' },
+  stale: { status: 400, error: 'invalid_grant', description: 'Stale token' }
+}
+
+export class TokenServer {
+  readonly server: Server
+  readonly realm: string
+  readonly tokenPath: string
+  readonly grants: GrantRecord[] = []
+  readonly faults: Fault[] = []
+  accessTokenSeconds: number
+  refreshTokenSeconds: number
+  rotation: boolean
+  readonly clients: Record<string, string | undefined>
+  readonly users: Record<string, string>
+  /** most token requests ever seen in flight at once */
+  maxConcurrent = 0
+  #concurrent = 0
+  readonly #key = randomBytes(32)
+  readonly #refresh = new Map<string, RefreshState>()
+  readonly #sessions = new Map<string, Session>()
+  readonly #revoked = new Set<string>()
+  readonly #hanging = new Set<ServerResponse>()
+
+  constructor (options: TokenServerOptions = {}) {
+    this.realm = options.realm ?? 'service-realm'
+    this.tokenPath = options.tokenPath ?? `/auth/realms/${this.realm}/protocol/openid-connect/token`
+    this.clients = options.clients ?? { 'legacy-app': undefined }
+    this.users = options.users ?? { 'service-user': 'service-password' }
+    this.accessTokenSeconds = options.accessTokenSeconds ?? 300
+    this.refreshTokenSeconds = options.refreshTokenSeconds ?? 1800
+    this.rotation = options.rotation ?? true
+    this.server = createServer((req, res) => this.#handle(req, res))
+  }
+
+  async listen (port = 0, host = '127.0.0.1'): Promise<string> {
+    await new Promise<void>((resolve) => this.server.listen(port, host, resolve))
+    return this.url
+  }
+
+  /** Base URL, for AUTH_URL. */
+  get url (): string {
+    const { port } = this.server.address() as AddressInfo
+    return `http://127.0.0.1:${port}`
+  }
+
+  /** Full token endpoint URL, for AUTH_TOKEN_URL. */
+  get tokenUrl (): string {
+    return this.url + this.tokenPath
+  }
+
+  async close (): Promise<void> {
+    for (const res of this.#hanging) res.destroy()
+    this.server.closeAllConnections()
+    await new Promise<void>((resolve) => this.server.close(() => resolve()))
+  }
+
+  /** Ends every SSO session, as an admin or the session limit would. */
+  endSessions (): void {
+    for (const s of this.#sessions.values()) s.active = false
+  }
+
+  /** Revokes one access token (as if its session was killed). */
+  revoke (accessToken: string): void {
+    this.#revoked.add(accessToken)
+  }
+
+  /** Checks an `Authorization` header: who it names, or why it is refused. */
+  verify (header: string | undefined): { ok: true, user: string, expiresIn: number } | { ok: false, reason: string } {
+    if (header === undefined || !header.startsWith('Bearer ')) return { ok: false, reason: 'no bearer token' }
+    const token = header.slice(7)
+    const [h, p, sig] = token.split('.')
+    if (h === undefined || p === undefined || sig === undefined) return { ok: false, reason: 'malformed token' }
+    const expected = createHmac('sha256', this.#key).update(`${h}.${p}`).digest()
+    const given = Buffer.from(sig, 'base64url')
+    if (given.length !== expected.length || !timingSafeEqual(given, expected)) return { ok: false, reason: 'bad signature' }
+    if (this.#revoked.has(token)) return { ok: false, reason: 'revoked' }
+    const claims = JSON.parse(Buffer.from(p, 'base64url').toString()) as { exp: number, preferred_username: string }
+    const now = Date.now() / 1000
+    if (claims.exp <= now) return { ok: false, reason: 'expired' }
+    return { ok: true, user: claims.preferred_username, expiresIn: claims.exp - now }
+  }
+
+  #handle (req: IncomingMessage, res: ServerResponse): void {
+    if (req.method !== 'POST' || req.url !== this.tokenPath) {
+      return json(res, 404, { error: 'Unable to find matching target resource method' })
+    }
+    this.#concurrent += 1
+    this.maxConcurrent = Math.max(this.maxConcurrent, this.#concurrent)
+    res.on('close', () => { this.#concurrent -= 1 })
+    const chunks: Buffer[] = []
+    req.on('data', (c: Buffer) => chunks.push(c))
+    req.on('end', () => {
+      const form = Object.fromEntries(new URLSearchParams(Buffer.concat(chunks).toString()))
+      const fault = this.faults.shift()
+      const record = (status: number): void => {
+        this.grants.push({ grantType: form.grant_type ?? '', form, at: Date.now(), status })
+      }
+      if (fault === undefined) {
+        const { status, body } = this.#grant(form)
+        record(status)
+        return json(res, status, body)
+      }
+      if ('hang' in fault) {
+        record(0)
+        this.#hanging.add(res)
+        return
+      }
+      if ('reset' in fault) {
+        record(0)
+        req.socket.destroy()
+        return
+      }
+      if ('delayMs' in fault) {
+        setTimeout(() => {
+          const { status, body } = this.#grant(form)
+          record(status)
+          if (!res.destroyed) json(res, status, body)
+        }, fault.delayMs)
+        return
+      }
+      record(fault.status)
+      res.writeHead(fault.status, { 'content-type': fault.contentType ?? 'application/json', ...fault.headers })
+      res.end(fault.body)
+    })
+  }
+
+  #grant (form: Record<string, string>): { status: number, body: object } {
+    const clientId = form.client_id
+    if (clientId === undefined || !(clientId in this.clients)) return kcError(KC.badClient)
+    const secret = this.clients[clientId]
+    if (secret !== undefined && form.client_secret !== secret) return kcError(KC.badClient)
+
+    if (form.grant_type === 'password') {
+      const user = form.username ?? ''
+      if (!(user in this.users) || this.users[user] !== form.password) return kcError(KC.badUser)
+      const session: Session = { id: randomUUID(), user, active: true }
+      this.#sessions.set(session.id, session)
+      return this.#issue(session, form.scope)
+    }
+    if (form.grant_type === 'refresh_token') {
+      const state = this.#refresh.get(form.refresh_token ?? '')
+      if (state === undefined) return kcError(KC.notActive)
+      if (state.expiresAt !== undefined && state.expiresAt <= Date.now()) return kcError(KC.notActive)
+      if (!state.session.active) return kcError(KC.sessionGone)
+      if (this.rotation && state.used) {
+        state.session.active = false // reuse of a rotated token ends the session, as in Keycloak
+        return kcError(KC.stale)
+      }
+      state.used = true
+      return this.#issue(state.session, form.scope)
+    }
+    if (form.grant_type === undefined) {
+      return { status: 400, body: { error: 'invalid_request', error_description: 'Missing form parameter: grant_type' } }
+    }
+    return { status: 400, body: { error: 'unsupported_grant_type', error_description: 'Unsupported grant_type' } }
+  }
+
+  #issue (session: Session, scope: string | undefined): { status: number, body: object } {
+    const now = Math.floor(Date.now() / 1000)
+    const offline = (scope ?? '').split(' ').includes('offline_access')
+    const claims = {
+      exp: now + this.accessTokenSeconds,
+      iat: now,
+      jti: randomUUID(),
+      iss: `${this.url}/auth/realms/${this.realm}`,
+      sub: session.user,
+      typ: 'Bearer',
+      azp: 'legacy-app',
+      sid: session.id,
+      preferred_username: session.user
+    }
+    const head = Buffer.from(JSON.stringify({ alg: 'HS256', typ: 'JWT' })).toString('base64url')
+    const payload = Buffer.from(JSON.stringify(claims)).toString('base64url')
+    const sig = createHmac('sha256', this.#key).update(`${head}.${payload}`).digest('base64url')
+    const refreshToken = randomBytes(24).toString('base64url')
+    const refreshSeconds = offline ? 0 : this.refreshTokenSeconds
+    this.#refresh.set(refreshToken, {
+      session,
+      expiresAt: refreshSeconds === 0 ? undefined : Date.now() + refreshSeconds * 1000,
+      used: false
+    })
+    return {
+      status: 200,
+      body: {
+        access_token: `${head}.${payload}.${sig}`,
+        expires_in: this.accessTokenSeconds,
+        refresh_expires_in: refreshSeconds,
+        refresh_token: refreshToken,
+        token_type: 'Bearer',
+        'not-before-policy': 0,
+        session_state: session.id,
+        scope: scope ?? 'profile email'
+      }
+    }
+  }
+}
+
+function kcError (e: { status: number, error: string, description: string }): { status: number, body: object } {
+  return { status: e.status, body: { error: e.error, error_description: e.description } }
+}
+
+function json (res: ServerResponse, status: number, body: object): void {
+  const text = JSON.stringify(body)
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) })
+  res.end(text)
+}

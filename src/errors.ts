@@ -1,0 +1,28 @@
+/**
+ * The errors the sidecar itself answers with (SPEC §3.7): one registry of
+ * codes, each with its HTTP status. Bodies are `{"error": code, "message": text}`
+ * and never carry internal detail.
+ */
+export const ERRORS = {
+  token_unavailable: { status: 503, message: 'no valid access token is available; retry later' },
+  upstream_unreachable: { status: 502, message: 'the upstream could not be reached or closed the connection' },
+  upstream_timeout: { status: 504, message: 'the upstream did not answer in time' },
+  bad_request: { status: 400, message: 'the request target is not allowed' }
+} as const
+
+export type ErrorCode = keyof typeof ERRORS
+
+export function errorBody (code: ErrorCode): string {
+  return JSON.stringify({ error: code, message: ERRORS[code].message })
+}
+
+/** No valid token now; `retryAfterSeconds` tells the client when to try again. */
+export class TokenUnavailableError extends Error {
+  readonly code = 'token_unavailable'
+  readonly retryAfterSeconds: number
+  constructor (retryAfterSeconds: number) {
+    super(ERRORS.token_unavailable.message)
+    this.name = 'TokenUnavailableError'
+    this.retryAfterSeconds = retryAfterSeconds
+  }
+}

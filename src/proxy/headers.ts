@@ -1,0 +1,38 @@
+import type { IncomingHttpHeaders } from 'node:http'
+
+/**
+ * Hop-by-hop headers (RFC 9110 §7.6.1) and the client's own credentials.
+ * reply-from already drops `Connection` and every header it names before we
+ * run, so a `Connection: authorization` cannot remove the header set here.
+ */
+const DROPPED = ['authorization', 'proxy-authorization', 'proxy-connection', 'keep-alive', 'te', 'trailer', 'upgrade', 'transfer-encoding']
+
+export interface ForwardingInfo {
+  authorization: string
+  requestId: string
+  clientIp: string | undefined
+  host: string | undefined
+}
+
+/** Turns the client's headers (a copy, already without `Connection`) into the upstream's. */
+export function forwardHeaders (headers: IncomingHttpHeaders, info: ForwardingInfo): IncomingHttpHeaders {
+  for (const name of DROPPED) {
+    if (headers[name] !== undefined) delete headers[name]
+  }
+  headers.authorization = info.authorization
+  const xff = headers['x-forwarded-for']
+  if (info.clientIp !== undefined) {
+    headers['x-forwarded-for'] = xff === undefined ? info.clientIp : `${String(xff)}, ${info.clientIp}`
+  }
+  headers['x-forwarded-proto'] = 'http'
+  if (info.host !== undefined) headers['x-forwarded-host'] = info.host
+  else delete headers['x-forwarded-host']
+  headers['x-request-id'] = info.requestId
+  return headers
+}
+
+/** Whether a request has no body, so that it can be sent again after a 401. */
+export function hasNoBody (headers: IncomingHttpHeaders): boolean {
+  const length = headers['content-length']
+  return headers['transfer-encoding'] === undefined && (length === undefined || length === '0')
+}

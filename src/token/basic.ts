@@ -1,0 +1,28 @@
+import type { Credentials } from '../config/credentials.js'
+import type { AuthorizationSource } from './manager.js'
+
+/** AUTH_MODE=basic: a fixed RFC 7617 header, rebuilt when a credential file changes. */
+export class BasicAuthorization implements AuthorizationSource {
+  readonly #credentials: { read(): Credentials, onChange?(listener: () => void): void }
+  #header: string
+
+  constructor (credentials: { read(): Credentials, onChange?(listener: () => void): void }) {
+    this.#credentials = credentials
+    this.#header = build(credentials.read())
+  }
+
+  start (): void {
+    this.#credentials.onChange?.(() => { this.#header = build(this.#credentials.read()) })
+  }
+
+  stop (): void {}
+  current (): string { return this.#header }
+  authorization (): Promise<string> { return Promise.resolve(this.#header) }
+  rejected (): void {}
+  ready (): boolean { return true }
+  expiresInSeconds (): number { return 0 }
+}
+
+function build ({ username, password }: Credentials): string {
+  return `Basic ${Buffer.from(`${username}:${password}`, 'utf8').toString('base64')}`
+}

@@ -1,0 +1,160 @@
+/**
+ * The token endpoint's protocol: building a grant request and checking its
+ * answer, kept apart from sending it (see http.ts) and from deciding when to
+ * send it (see manager.ts).
+ */
+
+export type GrantType = 'password' | 'refresh_token'
+
+export interface TokenSet {
+  accessToken: string
+  expiresInMs: number
+  refreshToken?: string
+  /** undefined: the refresh token does not lapse on its own (`refresh_expires_in: 0` or absent) */
+  refreshExpiresInMs?: number
+}
+
+export interface TokenEndpointResponse {
+  status: number
+  /** the Retry-After header, if any */
+  retryAfter?: string
+  body: string
+}
+
+/** Sends a form to the token endpoint; rejects on network errors and on `signal`. */
+export type PostForm = (url: string, form: string, signal: AbortSignal) => Promise<TokenEndpointResponse>
+
+/**
+ * How a failed grant is handled:
+ * - `rejected`: the server refused these credentials or this client; retrying soon cannot help;
+ * - `invalid_grant_refresh`-style refusals are `rejected` too, the caller falls back to the password grant;
+ * - `transient`: network error, timeout, 5xx, 429, or an answer we cannot use; retried with backoff.
+ */
+export type FailureKind = 'rejected' | 'transient'
+
+const REJECTED_ERRORS = new Set(['invalid_grant', 'invalid_client', 'unauthorized_client'])
+
+export class GrantError extends Error {
+  readonly kind: FailureKind
+  /** the OAuth `error` code, when the server sent one */
+  readonly oauthError: string | undefined
+  readonly status: number | undefined
+  readonly retryAfterMs: number | undefined
+
+  constructor (message: string, kind: FailureKind, details: { oauthError?: string, status?: number, retryAfterMs?: number, cause?: unknown } = {}) {
+    super(message, details.cause === undefined ? undefined : { cause: details.cause })
+    this.name = 'GrantError'
+    this.kind = kind
+    this.oauthError = details.oauthError
+    this.status = details.status
+    this.retryAfterMs = details.retryAfterMs
+  }
+}
+
+export interface GrantInput {
+  clientId: string
+  clientSecret?: string
+  scope?: string
+}
+
+export function passwordForm (input: GrantInput, username: string, password: string): string {
+  const form = new URLSearchParams({ grant_type: 'password', client_id: input.clientId, username, password })
+  return withCommon(form, input)
+}
+
+export function refreshForm (input: GrantInput, refreshToken: string): string {
+  const form = new URLSearchParams({ grant_type: 'refresh_token', refresh_token: refreshToken, client_id: input.clientId })
+  return withCommon(form, input)
+}
+
+function withCommon (form: URLSearchParams, input: GrantInput): string {
+  if (input.clientSecret !== undefined) form.set('client_secret', input.clientSecret)
+  if (input.scope !== undefined) form.set('scope', input.scope)
+  return form.toString()
+}
+
+// RFC 6750 b64token: what may follow "Bearer " in a header, nothing else.
+const B64TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/
+/** Longest error_description quoted in a log line. */
+const MAX_DESCRIPTION = 200
+
+/** Checks one token endpoint answer: a TokenSet, or a GrantError saying exactly what is wrong. */
+export function checkTokenResponse (res: TokenEndpointResponse): TokenSet {
+  if (res.status !== 200) throw errorFromResponse(res)
+
+  let body: unknown
+  try {
+    body = JSON.parse(res.body)
+  } catch (cause) {
+    throw new GrantError('token endpoint answered 200 with a body that is not JSON', 'transient', { status: 200, cause })
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    throw new GrantError('token endpoint answered 200 with JSON that is not an object', 'transient', { status: 200 })
+  }
+  const fields = body as Record<string, unknown>
+  const invalid = (message: string): GrantError => new GrantError(`token response: ${message}`, 'transient', { status: 200 })
+
+  const accessToken = fields.access_token
+  if (typeof accessToken !== 'string' || accessToken === '') throw invalid('access_token is missing or not a string')
+  if (!B64TOKEN.test(accessToken)) throw invalid('access_token contains characters not allowed in a bearer token')
+
+  const expiresIn = fields.expires_in
+  if (typeof expiresIn !== 'number' || !Number.isFinite(expiresIn)) throw invalid('expires_in is missing or not a number')
+  if (expiresIn < 1) throw invalid('expires_in must be at least 1 second')
+
+  const set: TokenSet = { accessToken, expiresInMs: expiresIn * 1000 }
+
+  const refreshToken = fields.refresh_token
+  if (refreshToken !== undefined && refreshToken !== null) {
+    if (typeof refreshToken !== 'string' || refreshToken === '') throw invalid('refresh_token is not a non-empty string')
+    set.refreshToken = refreshToken
+    const refreshExpiresIn = fields.refresh_expires_in
+    if (refreshExpiresIn !== undefined && refreshExpiresIn !== null) {
+      if (typeof refreshExpiresIn !== 'number' || !Number.isFinite(refreshExpiresIn) || refreshExpiresIn < 0) {
+        throw invalid('refresh_expires_in must be a number of seconds, 0 or more')
+      }
+      if (refreshExpiresIn > 0) set.refreshExpiresInMs = refreshExpiresIn * 1000
+    }
+  }
+  return set
+}
+
+function errorFromResponse (res: TokenEndpointResponse): GrantError {
+  const retryAfterMs = parseRetryAfter(res.retryAfter)
+  let oauthError: string | undefined
+  let description = ''
+  try {
+    const body = JSON.parse(res.body) as { error?: unknown, error_description?: unknown }
+    if (typeof body.error === 'string') oauthError = body.error
+    if (typeof body.error_description === 'string') description = body.error_description.slice(0, MAX_DESCRIPTION)
+  } catch {
+    // not JSON: an HTML error page from a gateway, say
+  }
+
+  const what = oauthError === undefined
+    ? `token endpoint answered ${res.status}`
+    : `token endpoint answered ${res.status} ${oauthError}${description ? ` (${description})` : ''}`
+
+  if (res.status >= 500 || res.status === 429 || res.status === 408 || res.status < 400) {
+    return new GrantError(what, 'transient', { status: res.status, ...(oauthError !== undefined && { oauthError }), ...(retryAfterMs !== undefined && { retryAfterMs }) })
+  }
+  // Any other 4xx (invalid_grant, invalid_client, an unknown realm...) will
+  // not fix itself: it is retried slowly, never in a tight loop.
+  const hint = /not fully set up/i.test(description)
+    ? ': the service account has pending required actions in Keycloak (a configuration error)'
+    : ''
+  return new GrantError(what + hint, 'rejected', { status: res.status, ...(oauthError !== undefined && { oauthError }) })
+}
+
+/** Whether an error code means the credentials or the client were refused. */
+export function isCredentialRejection (err: GrantError): boolean {
+  return err.kind === 'rejected' && err.oauthError !== undefined && REJECTED_ERRORS.has(err.oauthError)
+}
+
+function parseRetryAfter (value: string | undefined): number | undefined {
+  if (value === undefined) return undefined
+  const seconds = Number(value)
+  if (Number.isFinite(seconds) && seconds >= 0) return seconds * 1000
+  const date = Date.parse(value)
+  return Number.isNaN(date) ? undefined : Math.max(0, date - Date.now())
+}

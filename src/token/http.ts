@@ -1,0 +1,36 @@
+// undici's request() never follows redirects: a token request goes to the
+// configured URL and nowhere else.
+import { request, type Dispatcher } from 'undici'
+import type { PostForm } from './grant.js'
+
+/** A token answer larger than this is not a token answer. */
+const MAX_BODY_BYTES = 256 * 1024
+
+/** PostForm over undici; the caller owns `dispatcher` (proxy-aware, TLS verified). */
+export function createPostForm (dispatcher: Dispatcher): PostForm {
+  return async function postForm (url, form, signal) {
+    const res = await request(url, {
+      method: 'POST',
+      dispatcher,
+      signal,
+      headers: { 'content-type': 'application/x-www-form-urlencoded', accept: 'application/json' },
+      body: form
+    })
+    const chunks: Buffer[] = []
+    let size = 0
+    for await (const chunk of res.body) {
+      size += (chunk as Buffer).length
+      if (size > MAX_BODY_BYTES) {
+        res.body.destroy()
+        throw new Error('token endpoint answer is larger than 256 KiB')
+      }
+      chunks.push(chunk as Buffer)
+    }
+    const retryAfter = res.headers['retry-after']
+    return {
+      status: res.statusCode,
+      ...(typeof retryAfter === 'string' && { retryAfter }),
+      body: Buffer.concat(chunks).toString('utf8')
+    }
+  }
+}

@@ -1,0 +1,331 @@
+import type { Credentials } from '../config/credentials.js'
+import { TokenUnavailableError } from '../errors.js'
+import type { Logger } from '../logger.js'
+import { MAX_TIMER_MS, systemClock, type Clock } from './clock.js'
+import {
+  checkTokenResponse, GrantError, isCredentialRejection, passwordForm, refreshForm,
+  type GrantInput, type GrantType, type PostForm, type TokenSet
+} from './grant.js'
+import { backoffDelay, renewalDelay, slowRetryDelay, usableFor } from './schedule.js'
+
+export type GrantOutcome = 'success' | 'rejected' | 'error'
+
+export interface TokenManagerOptions {
+  tokenUrl: string
+  client: GrantInput
+  credentials: { read(): Credentials, onChange?(listener: () => void): void }
+  post: PostForm
+  log: Logger
+  timeoutMs: number
+  waitMs: number
+  retryMinMs: number
+  retryMaxMs: number
+  rejectedRetryMs: number
+  clock?: Clock
+  random?: () => number
+  onGrant?: (grant: GrantType, outcome: GrantOutcome) => void
+}
+
+/** What a proxied request needs: an Authorization header value, now or soon. */
+export interface AuthorizationSource {
+  /** The header for a token that is valid now, or undefined. */
+  current(): string | undefined
+  /** The header, waiting (bounded) for a token being obtained; rejects with TokenUnavailableError. */
+  authorization(): Promise<string>
+  /** The upstream rejected this header: drop it and obtain another, once per header. */
+  rejected(header: string): void
+  /** Whether a valid credential is held (readiness). */
+  ready(): boolean
+  /** Seconds until the held credential expires; 0 without one. */
+  expiresInSeconds(): number
+  start(): void
+  stop(): void
+}
+
+interface HeldToken {
+  header: string
+  receivedAt: number
+  lifetimeMs: number
+  usableUntil: number
+}
+
+interface HeldRefresh {
+  token: string
+  /** undefined: it does not lapse on its own */
+  usableUntil: number | undefined
+}
+
+interface Waiter {
+  resolve: (header: string) => void
+  reject: (err: Error) => void
+  deadline: number
+  timer: unknown
+}
+
+/**
+ * Keeps one access token fresh (SPEC §4): the password grant at start, the
+ * refresh grant before expiry, the password grant again when the refresh
+ * token lapses or is refused, backoff through outages, and never more than
+ * one grant request in flight.
+ */
+export class TokenManager implements AuthorizationSource {
+  readonly #o: TokenManagerOptions
+  readonly #clock: Clock
+  readonly #random: () => number
+  #token: HeldToken | undefined
+  #refresh: HeldRefresh | undefined
+  #inflight: Promise<void> | undefined
+  #abort: AbortController | undefined
+  #timer: unknown
+  /** when the pending retry after a failure is due; undefined when not in backoff */
+  #retryAt: number | undefined
+  #waitingOnCredentials = false
+  #failures = 0
+  #lastFailure = ''
+  #stopped = false
+  readonly #waiters = new Set<Waiter>()
+
+  constructor (options: TokenManagerOptions) {
+    this.#o = options
+    this.#clock = options.clock ?? systemClock
+    this.#random = options.random ?? Math.random
+  }
+
+  start (): void {
+    this.#o.credentials.onChange?.(() => {
+      if (this.#waitingOnCredentials && !this.#stopped) {
+        this.#o.log.info({ event: 'token' }, 'credential file changed: retrying the password grant now')
+        this.#renewNow()
+      }
+    })
+    this.#renewNow()
+  }
+
+  stop (): void {
+    this.#stopped = true
+    this.#clock.clearTimeout(this.#timer)
+    this.#abort?.abort()
+    this.#failWaiters(() => true)
+  }
+
+  current (): string | undefined {
+    const t = this.#token
+    return t !== undefined && this.#clock.now() < t.usableUntil ? t.header : undefined
+  }
+
+  ready (): boolean {
+    return this.current() !== undefined
+  }
+
+  expiresInSeconds (): number {
+    const t = this.#token
+    if (t === undefined) return 0
+    return Math.max(0, (t.receivedAt + t.lifetimeMs - this.#clock.now()) / 1000)
+  }
+
+  authorization (): Promise<string> {
+    const header = this.current()
+    if (header !== undefined) return Promise.resolve(header)
+    if (this.#stopped) return Promise.reject(new TokenUnavailableError(1))
+
+    const now = this.#clock.now()
+    if (this.#inflight === undefined) {
+      if (this.#retryAt === undefined) {
+        // the token ran out before its renewal (a stalled event loop, say)
+        this.#renewNow()
+      } else if (this.#retryAt - now > this.#o.waitMs) {
+        return Promise.reject(new TokenUnavailableError(secondsUntil(this.#retryAt - now)))
+      }
+    }
+    return new Promise((resolve, reject) => {
+      const waiter: Waiter = {
+        resolve,
+        reject,
+        deadline: now + this.#o.waitMs,
+        timer: this.#clock.setTimeout(() => {
+          this.#waiters.delete(waiter)
+          reject(new TokenUnavailableError(this.#retryAfterSeconds()))
+        }, this.#o.waitMs)
+      }
+      this.#waiters.add(waiter)
+    })
+  }
+
+  rejected (header: string): void {
+    if (this.#token?.header !== header) return // already replaced: one renewal per rejected token
+    this.#token = undefined
+    this.#o.log.warn({ event: 'token', reason: 'upstream_401' }, 'upstream rejected the access token: obtaining a new one')
+    this.#renewNow()
+  }
+
+  #renewNow (): void {
+    if (this.#inflight !== undefined || this.#stopped) return
+    this.#clock.clearTimeout(this.#timer)
+    this.#retryAt = undefined
+    this.#waitingOnCredentials = false
+    this.#inflight = this.#attempt().finally(() => { this.#inflight = undefined })
+  }
+
+  async #attempt (): Promise<void> {
+    let grant: GrantType = 'password'
+    try {
+      let set: TokenSet | undefined
+      const refresh = this.#refresh
+      if (refresh !== undefined && (refresh.usableUntil === undefined || this.#clock.now() < refresh.usableUntil)) {
+        // A refresh token is sent once, whatever happens: with rotation on, a
+        // second use would be refused, and may revoke the session.
+        this.#refresh = undefined
+        grant = 'refresh_token'
+        try {
+          set = await this.#send(grant, refreshForm(this.#client(), refresh.token))
+        } catch (err) {
+          if (!(err instanceof GrantError) || err.kind !== 'rejected' || this.#stopped) throw err
+          this.#o.log.info({ event: 'token', grant, outcome: 'rejected', reason: err.message }, 'refresh token refused: falling back to the password grant')
+          grant = 'password'
+        }
+      }
+      if (set === undefined) {
+        this.#refresh = undefined
+        const creds = this.#o.credentials.read()
+        set = await this.#send(grant, passwordForm(this.#client(creds.clientSecret), creds.username, creds.password))
+      }
+      this.#store(set, grant)
+    } catch (err) {
+      if (this.#stopped) return
+      this.#failed(grant, err)
+    }
+  }
+
+  #client (clientSecret = this.#o.credentials.read().clientSecret): GrantInput {
+    const { clientId, scope } = this.#o.client
+    return { clientId, ...(clientSecret !== undefined && { clientSecret }), ...(scope !== undefined && { scope }) }
+  }
+
+  async #send (grant: GrantType, form: string): Promise<TokenSet> {
+    const abort = new AbortController()
+    this.#abort = abort
+    const timer = this.#clock.setTimeout(() => abort.abort(), this.#o.timeoutMs)
+    try {
+      let set: TokenSet
+      try {
+        const res = await this.#o.post(this.#o.tokenUrl, form, abort.signal)
+        set = checkTokenResponse(res)
+      } catch (err) {
+        if (err instanceof GrantError) throw err
+        const message = abort.signal.aborted
+          ? `token request timed out after ${this.#o.timeoutMs} ms`
+          : `token request failed: ${describeNetworkError(err)}`
+        throw new GrantError(message, 'transient', { cause: err })
+      }
+      this.#o.onGrant?.(grant, 'success')
+      return set
+    } catch (err) {
+      this.#o.onGrant?.(grant, (err as GrantError).kind === 'rejected' ? 'rejected' : 'error')
+      throw err
+    } finally {
+      this.#clock.clearTimeout(timer)
+      this.#abort = undefined
+    }
+  }
+
+  #store (set: TokenSet, grant: GrantType): void {
+    const now = this.#clock.now()
+    const header = `Bearer ${set.accessToken}`
+    this.#token = { header, receivedAt: now, lifetimeMs: set.expiresInMs, usableUntil: now + usableFor(set.expiresInMs) }
+    this.#refresh = set.refreshToken === undefined
+      ? undefined
+      : {
+          token: set.refreshToken,
+          usableUntil: set.refreshExpiresInMs === undefined ? undefined : now + usableFor(set.refreshExpiresInMs)
+        }
+
+    this.#o.log.info({
+      event: 'token',
+      grant,
+      outcome: 'success',
+      expiresIn: set.expiresInMs / 1000,
+      refreshExpiresIn: set.refreshToken === undefined ? null : (set.refreshExpiresInMs ?? 0) / 1000,
+      ...(this.#failures > 0 && { failedAttempts: this.#failures })
+    }, this.#failures > 0 ? 'token obtained after failed attempts' : 'token obtained')
+    this.#failures = 0
+    this.#lastFailure = ''
+
+    this.#arm(now + renewalDelay(set.expiresInMs, this.#random()), () => this.#renewNow())
+    for (const w of this.#waiters) {
+      this.#clock.clearTimeout(w.timer)
+      w.resolve(header)
+    }
+    this.#waiters.clear()
+  }
+
+  #failed (grant: GrantType, err: unknown): void {
+    const e = err instanceof GrantError ? err : new GrantError(String(err), 'transient')
+    const rejected = e.kind === 'rejected'
+    const delay = rejected
+      ? slowRetryDelay(this.#o.rejectedRetryMs, this.#random())
+      : backoffDelay({ minMs: this.#o.retryMinMs, maxMs: this.#o.retryMaxMs }, this.#failures, this.#random(), e.retryAfterMs)
+    this.#failures += 1
+
+    const fields = {
+      event: 'token',
+      grant,
+      outcome: rejected ? 'rejected' : 'error',
+      reason: e.message,
+      attempt: this.#failures,
+      retryInMs: Math.round(delay),
+      tokenValid: this.current() !== undefined
+    }
+    if (rejected && isCredentialRejection(e)) {
+      // Every attempt is logged: they are a minute apart, and an operator must see them.
+      this.#o.log.error(fields, 'credentials rejected by the auth server: retrying slowly to avoid a lockout')
+    } else if (e.message !== this.#lastFailure) {
+      this.#o.log[rejected ? 'error' : 'warn'](fields, 'token request failed')
+    } else {
+      // the same failure again: once per episode at warn, the repeats at debug
+      this.#o.log.debug(fields, 'token request failed again')
+    }
+    this.#lastFailure = e.message
+
+    const retryAt = this.#clock.now() + delay
+    this.#arm(retryAt, () => this.#renewNow())
+    this.#retryAt = retryAt
+    this.#waitingOnCredentials = rejected
+    this.#failWaiters((w) => w.deadline < retryAt)
+  }
+
+  #failWaiters (which: (w: Waiter) => boolean): void {
+    for (const w of this.#waiters) {
+      if (!which(w)) continue
+      this.#clock.clearTimeout(w.timer)
+      this.#waiters.delete(w)
+      w.reject(new TokenUnavailableError(this.#retryAfterSeconds()))
+    }
+  }
+
+  #retryAfterSeconds (): number {
+    return this.#retryAt === undefined ? 1 : secondsUntil(this.#retryAt - this.#clock.now())
+  }
+
+  /** Runs `fn` at `dueAt`, re-arming across the timer's 24.8-day limit. */
+  #arm (dueAt: number, fn: () => void): void {
+    this.#clock.clearTimeout(this.#timer)
+    const wait = (): void => {
+      const left = dueAt - this.#clock.now()
+      if (left > MAX_TIMER_MS) {
+        this.#timer = this.#clock.setTimeout(wait, MAX_TIMER_MS)
+      } else {
+        this.#timer = this.#clock.setTimeout(fn, Math.max(0, left))
+      }
+    }
+    wait()
+  }
+}
+
+function secondsUntil (ms: number): number {
+  return Math.max(1, Math.ceil(ms / 1000))
+}
+
+function describeNetworkError (err: unknown): string {
+  const e = err as { code?: string, message?: string, cause?: { code?: string } }
+  return e.code ?? e.cause?.code ?? e.message ?? 'unknown error'
+}
