@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import { Agent, EnvHttpProxyAgent, type Dispatcher } from 'undici'
 import type pino from 'pino'
 import { createAdminServer } from './admin/server.js'
@@ -75,9 +75,9 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
 
   const proxy = Fastify({
     loggerInstance: logger.child({ component: 'proxy' }) as FastifyBaseLogger,
-    disableRequestLogging: true,
+    // One access-log line per request is written by the proxy plugin instead.
+    logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'requestId' }),
     requestIdHeader: false,
-    requestIdLogLabel: 'requestId',
     genReqId: (req: IncomingMessage) => {
       const id = req.headers['x-request-id']
       return typeof id === 'string' && REQUEST_ID.test(id) ? id : randomUUID()

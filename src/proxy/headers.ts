@@ -36,3 +36,18 @@ export function hasNoBody (headers: IncomingHttpHeaders): boolean {
   const length = headers['content-length']
   return headers['transfer-encoding'] === undefined && (length === undefined || length === '0')
 }
+
+/** Hop-by-hop headers of the upstream's answer, which concern only that connection. */
+const RESPONSE_HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'trailer']
+
+/** Removes the upstream response's hop-by-hop headers, and those its `Connection` names. */
+export function responseHeaders (headers: IncomingHttpHeaders): IncomingHttpHeaders {
+  const connection = headers.connection
+  if (connection !== undefined) {
+    for (const name of String(connection).split(',')) delete headers[name.trim().toLowerCase()]
+  }
+  for (const name of RESPONSE_HOP_BY_HOP) {
+    if (headers[name] !== undefined) delete headers[name]
+  }
+  return headers
+}

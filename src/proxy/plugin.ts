@@ -6,7 +6,7 @@ import type { Dispatcher } from 'undici'
 import { errorBody, TokenUnavailableError, type ErrorCode, ERRORS } from '../errors.js'
 import type { AuthorizationSource } from '../token/manager.js'
 import { isConfined } from './confine.js'
-import { forwardHeaders, hasNoBody } from './headers.js'
+import { forwardHeaders, hasNoBody, responseHeaders } from './headers.js'
 
 export interface ProxyOptions {
   /** `scheme://host[:port]` of BASE_URL */
@@ -92,6 +92,7 @@ export async function proxyPlugin (app: FastifyInstance, opts: ProxyOptions): Pr
       return reply.from(dest, options)
     },
     replyOptions: {
+      rewriteHeaders: responseHeaders,
       rewriteRequestHeaders (request: ProxiedRequest, headers: IncomingHttpHeaders) {
         return forwardHeaders(headers, {
           authorization: request[kAuth] ?? '',

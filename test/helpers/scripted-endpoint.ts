@@ -1,0 +1,74 @@
+import type { PostForm, TokenEndpointResponse } from '../../src/token/grant.js'
+
+export interface Call {
+  form: Record<string, string>
+  signal: AbortSignal
+}
+
+type Answer = TokenEndpointResponse | Error | 'hang'
+
+let counter = 0
+
+/** A successful token answer with fresh, unique tokens. */
+export function tokenAnswer (expiresIn = 300, refreshExpiresIn: number | undefined = 1800, withRefresh = true): TokenEndpointResponse {
+  counter += 1
+  const body: Record<string, unknown> = {
+    access_token: `eyJhbGciOiJIUzI1NiJ9.eyJuIjo${counter}fQ.sig${counter}`,
+    expires_in: expiresIn,
+    token_type: 'Bearer',
+    'not-before-policy': 0,
+    scope: 'profile email'
+  }
+  if (withRefresh) {
+    body.refresh_token = `refresh-${counter}`
+    if (refreshExpiresIn !== undefined) body.refresh_expires_in = refreshExpiresIn
+  }
+  return { status: 200, body: JSON.stringify(body) }
+}
+
+export function keycloakError (status: number, error: string, description: string): TokenEndpointResponse {
+  return { status, body: JSON.stringify({ error, error_description: description }) }
+}
+
+/**
+ * An in-memory token endpoint: answers from a queue (or a default), records
+ * every form it received, and can hold a request open until aborted.
+ */
+export class ScriptedEndpoint {
+  readonly calls: Call[] = []
+  readonly queue: Answer[] = []
+  /** what each call was answered, in order */
+  readonly answers: Answer[] = []
+  fallback: () => Answer = () => tokenAnswer()
+  inflight = 0
+  maxInflight = 0
+
+  readonly post: PostForm = (_url, form, signal) => {
+    const parsed = Object.fromEntries(new URLSearchParams(form))
+    this.calls.push({ form: parsed, signal })
+    const answer = this.queue.length > 0 ? this.queue.shift()! : this.fallback()
+    this.answers.push(answer)
+    this.inflight += 1
+    this.maxInflight = Math.max(this.maxInflight, this.inflight)
+    const done = <T>(v: T): T => { this.inflight -= 1; return v }
+    if (answer === 'hang') {
+      return new Promise((_resolve, reject) => {
+        signal.addEventListener('abort', () => { done(0); reject(new Error('aborted')) }, { once: true })
+      })
+    }
+    return Promise.resolve().then(() => {
+      done(0)
+      if (answer instanceof Error) throw answer
+      return answer
+    })
+  }
+
+  grants (): string[] {
+    return this.calls.map((c) => c.form.grant_type ?? '')
+  }
+
+  /** The last answer's access token, as the header the sidecar would send. */
+  static header (answer: TokenEndpointResponse): string {
+    return `Bearer ${(JSON.parse(answer.body) as { access_token: string }).access_token}`
+  }
+}

@@ -1,0 +1,337 @@
+import t, { type Test } from 'tap'
+import { TokenUnavailableError } from '../../src/errors.js'
+import { MAX_TIMER_MS } from '../../src/token/clock.js'
+import { TokenManager, type TokenManagerOptions } from '../../src/token/manager.js'
+import { FakeClock, settle } from '../helpers/fake-clock.js'
+import { captureLogger } from '../helpers/log.js'
+import { keycloakError, ScriptedEndpoint, tokenAnswer } from '../helpers/scripted-endpoint.js'
+
+const PASSWORD = 's3cret-Passw0rd'
+const CLIENT_SECRET = 'client-s3cret-value'
+/** every log line of every test, searched for secrets by the last test */
+const allLines: string[] = []
+
+function setup (t: Test, overrides: Partial<TokenManagerOptions> = {}, random = 0.5) {
+  const clock = new FakeClock()
+  const endpoint = new ScriptedEndpoint()
+  const log = captureLogger()
+  let creds = { username: 'svc', password: PASSWORD, clientSecret: CLIENT_SECRET }
+  let changed: (() => void) | undefined
+  const manager = new TokenManager({
+    tokenUrl: 'http://auth.invalid/token',
+    client: { clientId: 'legacy-app', scope: 'openid' },
+    credentials: { read: () => creds, onChange: (l) => { changed = l } },
+    post: endpoint.post,
+    log: log.logger,
+    timeoutMs: 10_000,
+    waitMs: 5_000,
+    retryMinMs: 1_000,
+    retryMaxMs: 30_000,
+    rejectedRetryMs: 60_000,
+    clock,
+    random: () => random,
+    ...overrides
+  })
+  t.teardown(() => {
+    manager.stop()
+    allLines.push(...log.lines)
+  })
+  return {
+    clock,
+    endpoint,
+    manager,
+    log,
+    rotate (password: string) { creds = { ...creds, password }; changed?.() }
+  }
+}
+
+t.test('password grant at start; not ready until it succeeds', async (t) => {
+  const { clock, endpoint, manager } = setup(t)
+  const first = tokenAnswer(300)
+  endpoint.queue.push(first)
+  t.equal(manager.ready(), false)
+  manager.start()
+  t.equal(manager.ready(), false, 'not ready while the grant is in flight')
+  await clock.advance(0)
+  t.equal(manager.ready(), true)
+  t.equal(manager.current(), ScriptedEndpoint.header(first))
+  t.same(endpoint.calls[0]!.form, {
+    grant_type: 'password', client_id: 'legacy-app', username: 'svc', password: PASSWORD, client_secret: CLIENT_SECRET, scope: 'openid'
+  })
+})
+
+t.test('start-up failures are retried with capped, growing backoff, and never give up', async (t) => {
+  const { clock, endpoint, manager, log } = setup(t, {}, 1)
+  endpoint.fallback = () => ({ status: 503, body: '<html>Service Unavailable</html>' })
+  manager.start()
+  await clock.advance(0)
+  const gaps: number[] = []
+  for (let i = 0; i < 8; i++) {
+    gaps.push(clock.pending[0]!)
+    await clock.advance(clock.pending[0]!)
+  }
+  t.same(gaps, [1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000], 'doubles from TOKEN_RETRY_MIN_MS up to TOKEN_RETRY_MAX_MS')
+  t.equal(endpoint.calls.length, 9)
+  t.equal(manager.ready(), false)
+  const warnings = log.records().filter((r) => r.msg === 'token request failed')
+  t.equal(warnings.length, 1, 'the same failure is logged once per episode at warn')
+  endpoint.fallback = () => tokenAnswer()
+  await clock.advance(30_000)
+  t.equal(manager.ready(), true)
+  t.ok(log.records().some((r) => r.msg === 'token obtained after failed attempts' && r.failedAttempts === 9))
+})
+
+t.test('renewal starts after half the lifetime and is planned to finish before 90%', async (t) => {
+  for (const random of [0, 0.5, 0.999]) {
+    const { clock, endpoint, manager } = setup(t, {}, random)
+    endpoint.queue.push(tokenAnswer(100))
+    manager.start()
+    await clock.advance(0)
+    await clock.advance(49_999)
+    t.equal(endpoint.calls.length, 1, `no renewal before 50% (random ${random})`)
+    await clock.advance(75_001 - 49_999)
+    t.equal(endpoint.calls.length, 2, `renewal by 75% (random ${random})`)
+    t.equal(endpoint.calls[1]!.form.grant_type, 'refresh_token')
+  }
+})
+
+t.test('the refresh answer replaces both tokens; a refresh token is never used twice', async (t) => {
+  const { clock, endpoint, manager } = setup(t)
+  manager.start()
+  await clock.advance(0)
+  for (let i = 0; i < 5; i++) await clock.advance(300_000)
+  const refreshCalls = endpoint.calls.filter((c) => c.form.grant_type === 'refresh_token')
+  t.ok(refreshCalls.length >= 4)
+  const used = refreshCalls.map((c) => c.form.refresh_token)
+  t.equal(new Set(used).size, used.length, 'each refresh token sent once')
+  for (let i = 1; i < endpoint.calls.length; i++) {
+    const issued = (JSON.parse((endpoint.answers[i - 1] as { body: string }).body) as { refresh_token: string }).refresh_token
+    t.equal(endpoint.calls[i]!.form.refresh_token, issued, `renewal ${i} uses the newest refresh token`)
+  }
+  t.same(refreshCalls[0]!.form, { grant_type: 'refresh_token', refresh_token: used[0], client_id: 'legacy-app', client_secret: CLIENT_SECRET, scope: 'openid' })
+})
+
+t.test('refresh answered invalid_grant: falls back to the password grant at once', async (t) => {
+  for (const description of ['Token is not active', 'Session not active', 'Stale token']) {
+    const { clock, endpoint, manager } = setup(t)
+    endpoint.queue.push(tokenAnswer(100), keycloakError(400, 'invalid_grant', description))
+    const next = tokenAnswer(100)
+    endpoint.queue.push(next)
+    manager.start()
+    await clock.advance(0)
+    await clock.advance(75_000)
+    t.same(endpoint.grants(), ['password', 'refresh_token', 'password'], description)
+    t.equal(manager.current(), ScriptedEndpoint.header(next))
+  }
+})
+
+t.test('a refresh token that lapses before the renewal is not used', async (t) => {
+  const { clock, endpoint, manager } = setup(t)
+  endpoint.queue.push(tokenAnswer(100, 30)) // refresh lapses at 30 s, renewal is at 50-75 s
+  manager.start()
+  await clock.advance(0)
+  await clock.advance(75_000)
+  t.same(endpoint.grants(), ['password', 'password'])
+})
+
+t.test('refresh_expires_in 0 (offline token) means no lapse', async (t) => {
+  const { clock, endpoint, manager } = setup(t)
+  endpoint.fallback = () => tokenAnswer(100, 0)
+  manager.start()
+  await clock.advance(0)
+  await clock.advance(10 * 86_400_000 / 1000) // 864 s: many renewals
+  t.same(new Set(endpoint.grants().slice(1)), new Set(['refresh_token']))
+})
+
+t.test('no refresh token: renewal uses the password grant', async (t) => {
+  const { clock, endpoint, manager } = setup(t)
+  endpoint.fallback = () => tokenAnswer(100, undefined, false)
+  manager.start()
+  await clock.advance(0)
+  await clock.advance(75_000)
+  t.same(endpoint.grants(), ['password', 'password'])
+})
+
+t.test('auth-server outage: the current token stays in use while valid, with backoff', async (t) => {
+  const { clock, endpoint, manager } = setup(t, {}, 0)
+  const first = tokenAnswer(100)
+  endpoint.queue.push(first)
+  manager.start()
+  await clock.advance(0)
+  endpoint.fallback = () => new Error('connect ECONNREFUSED 127.0.0.1:8443')
+  await clock.advance(50_000) // renewal fails
+  t.equal(manager.current(), ScriptedEndpoint.header(first), 'still the old token')
+  await clock.advance(30_000)
+  t.equal(manager.current(), ScriptedEndpoint.header(first), 'still valid at 80%')
+  const attempts = endpoint.calls.length
+  t.ok(attempts >= 4 && attempts <= 7, `retried with backoff, not in a loop (${attempts} calls)`)
+  await clock.advance(15_000)
+  t.equal(manager.current(), undefined, 'not handed out in the last 5% of its life')
+  t.equal(manager.ready(), false)
+  const waiting = manager.authorization().catch((e: unknown) => e)
+  await clock.advance(5_000)
+  t.type(await waiting, TokenUnavailableError, 'a request gets 503 within TOKEN_WAIT_MS')
+})
+
+t.test('rejected credentials: error log, retried about once a minute, at once when the secret file changes', async (t) => {
+  const { clock, endpoint, manager, log, rotate } = setup(t)
+  endpoint.fallback = () => keycloakError(401, 'invalid_grant', 'Invalid user credentials')
+  manager.start()
+  await clock.advance(0)
+  await clock.advance(53_000)
+  t.equal(endpoint.calls.length, 1, 'no retry within 53 s')
+  await clock.advance(14_000)
+  t.equal(endpoint.calls.length, 2, 'retried after about a minute')
+  const errors = log.records().filter((r) => r.level === 50)
+  t.equal(errors.length, 2)
+  t.match(errors[0], { grant: 'password', outcome: 'rejected', reason: 'token endpoint answered 401 invalid_grant (Invalid user credentials)' })
+  endpoint.fallback = () => tokenAnswer()
+  rotate('new-password')
+  await clock.advance(0)
+  t.equal(endpoint.calls.length, 3, 'tried at once after the change')
+  t.equal(endpoint.calls[2]!.form.password, 'new-password')
+  t.equal(manager.ready(), true)
+})
+
+t.test('invalid_client and unauthorized_client on the password grant are also retried slowly', async (t) => {
+  for (const [status, error] of [[401, 'invalid_client'], [400, 'unauthorized_client'], [400, 'invalid_scope']] as const) {
+    const { clock, endpoint, manager } = setup(t)
+    endpoint.fallback = () => keycloakError(status, error, 'x')
+    manager.start()
+    await clock.advance(0)
+    await clock.advance(50_000)
+    t.equal(endpoint.calls.length, 1, error)
+  }
+})
+
+t.test('"Account is not fully set up" is reported as a configuration error', async (t) => {
+  const { clock, endpoint, manager, log } = setup(t)
+  endpoint.fallback = () => keycloakError(400, 'invalid_grant', 'Account is not fully set up')
+  manager.start()
+  await clock.advance(0)
+  t.match(log.records().find((r) => r.level === 50)?.reason, /pending required actions/)
+})
+
+t.test('100 concurrent callers cause one grant', async (t) => {
+  const { clock, endpoint, manager } = setup(t)
+  const answer = tokenAnswer()
+  endpoint.queue.push(answer)
+  const waiting = Array.from({ length: 100 }, () => manager.authorization())
+  manager.start()
+  for (let i = 0; i < 100; i++) waiting.push(manager.authorization())
+  await clock.advance(0)
+  const headers = await Promise.all(waiting)
+  t.equal(endpoint.calls.length, 1)
+  t.equal(endpoint.maxInflight, 1)
+  t.same(new Set(headers), new Set([ScriptedEndpoint.header(answer)]))
+})
+
+t.test('waiting is bounded: a hanging grant gives 503 after TOKEN_WAIT_MS, and is cut at TOKEN_TIMEOUT_MS', async (t) => {
+  const { clock, endpoint, manager, log } = setup(t)
+  endpoint.queue.push('hang')
+  manager.start()
+  const waiting = manager.authorization()
+  let outcome: unknown
+  waiting.then((v) => { outcome = v }, (e: unknown) => { outcome = e })
+  await clock.advance(4_999)
+  t.equal(outcome, undefined)
+  await clock.advance(1)
+  t.type(outcome, TokenUnavailableError)
+  t.ok((outcome as TokenUnavailableError).retryAfterSeconds >= 1)
+  t.equal(endpoint.calls[0]!.signal.aborted, false)
+  await clock.advance(5_000)
+  t.equal(endpoint.calls[0]!.signal.aborted, true, 'aborted at TOKEN_TIMEOUT_MS')
+  t.match(log.records().find((r) => r.msg === 'token request failed')?.reason, 'token request timed out after 10000 ms')
+  await clock.advance(1_000)
+  t.equal(endpoint.calls.length, 2, 'then retried')
+})
+
+t.test('requests arriving during a backoff longer than the wait bound get 503 at once', async (t) => {
+  const { clock, endpoint, manager } = setup(t)
+  endpoint.fallback = () => keycloakError(401, 'invalid_grant', 'Invalid user credentials')
+  manager.start()
+  await clock.advance(0)
+  const err = await manager.authorization().catch((e: unknown) => e)
+  t.type(err, TokenUnavailableError)
+  t.ok((err as TokenUnavailableError).retryAfterSeconds > 50)
+  t.equal(endpoint.calls.length, 1, 'no extra grant caused by the request')
+})
+
+t.test('bad token answers are errors, retried with backoff, never a crash', async (t) => {
+  const cases: Array<[string, string]> = [
+    ['<html>ok</html>', 'not JSON'],
+    ['[]', 'not an object'],
+    ['{"expires_in":300}', 'access_token is missing'],
+    ['{"access_token":"abc def","expires_in":300}', 'characters not allowed'],
+    ['{"access_token":"abc","expires_in":"300"}', 'expires_in is missing or not a number'],
+    ['{"access_token":"abc","expires_in":0}', 'at least 1 second'],
+    ['{"access_token":"abc","expires_in":-5}', 'at least 1 second'],
+    ['{"access_token":"abc","expires_in":300,"refresh_token":"r","refresh_expires_in":-1}', 'refresh_expires_in']
+  ]
+  for (const [body, reason] of cases) {
+    const { clock, endpoint, manager, log } = setup(t)
+    endpoint.queue.push({ status: 200, body })
+    manager.start()
+    await clock.advance(0)
+    t.equal(manager.ready(), false, body)
+    t.match(log.records().find((r) => r.msg === 'token request failed')?.reason, reason)
+    await clock.advance(1_000)
+    t.equal(endpoint.calls.length, 2, `retried: ${body}`)
+    t.equal(manager.ready(), true)
+  }
+})
+
+t.test('a ten-year lifetime neither overflows the timer nor renews at once', async (t) => {
+  const { clock, endpoint, manager } = setup(t)
+  endpoint.queue.push(tokenAnswer(10 * 365 * 86_400, 0))
+  manager.start()
+  await clock.advance(0)
+  t.ok(clock.pending.every((ms) => ms <= MAX_TIMER_MS), 'timers clamped')
+  await clock.advance(MAX_TIMER_MS)
+  await clock.advance(MAX_TIMER_MS)
+  t.equal(endpoint.calls.length, 1, 'no renewal after 50 days')
+  t.equal(manager.ready(), true)
+})
+
+t.test('a one-second lifetime renews every half second or more, not in a loop', async (t) => {
+  const { clock, endpoint, manager } = setup(t, {}, 0)
+  endpoint.fallback = () => tokenAnswer(1)
+  manager.start()
+  await clock.advance(0)
+  await clock.advance(10_000)
+  t.equal(endpoint.calls.length, 21)
+})
+
+t.test('an upstream 401 drops that token and renews once per rejected token', async (t) => {
+  const { clock, endpoint, manager } = setup(t)
+  const first = tokenAnswer()
+  endpoint.queue.push(first)
+  manager.start()
+  await clock.advance(0)
+  const header = manager.current()!
+  for (let i = 0; i < 50; i++) manager.rejected(header)
+  t.equal(manager.current(), undefined, 'the rejected token is not handed out again')
+  const next = await manager.authorization()
+  t.not(next, header)
+  t.same(endpoint.grants(), ['password', 'refresh_token'], 'one renewal, by refresh first')
+  manager.rejected(header)
+  await clock.advance(0)
+  t.equal(endpoint.calls.length, 2, 'a late 401 for the old token causes nothing')
+})
+
+t.test('stop() ends timers and the grant in flight', async (t) => {
+  const { clock, endpoint, manager } = setup(t)
+  endpoint.queue.push('hang')
+  manager.start()
+  await settle()
+  manager.stop()
+  t.equal(endpoint.calls[0]!.signal.aborted, true)
+  await clock.advance(120_000)
+  t.equal(endpoint.calls.length, 1)
+  await t.rejects(manager.authorization(), TokenUnavailableError)
+})
+
+t.test('no password, client secret or token in any log line above', async (t) => {
+  t.ok(allLines.length > 50, `${allLines.length} lines searched`)
+  t.same(allLines.filter((l) => l.includes(PASSWORD) || l.includes(CLIENT_SECRET) || /eyJhbGciOiJIUzI1NiJ9\.|refresh-\d/.test(l)), [])
+})
