@@ -1,0 +1,126 @@
+import { request as httpRequest } from 'node:http'
+import { connect } from 'node:net'
+import type { Test } from 'tap'
+import { buildApp, type App } from '../../src/app.js'
+import { loadConfig } from '../../src/config/load.js'
+import { TokenServer, type TokenServerOptions } from '../../src/dev/token-server.js'
+import { captureLogger } from './log.js'
+import { FakeUpstream } from './upstream.js'
+
+export const PASSWORD = 'service-password-9f8e7d'
+export const CLIENT_SECRET = 'client-secret-1a2b3c'
+
+export interface Harness {
+  app: App
+  tokenServer: TokenServer
+  upstream: FakeUpstream
+  proxyUrl: string
+  proxyPort: number
+  adminUrl: string
+  log: ReturnType<typeof captureLogger>
+}
+
+/**
+ * A sidecar on port 0 in front of a FakeUpstream (BASE_URL with an /api
+ * prefix), against a Keycloak-like TokenServer; everything is closed in
+ * teardown. `env` overrides the configuration.
+ */
+export async function build (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}): Promise<Harness> {
+  const tokenServer = new TokenServer({
+    clients: { 'legacy-app': CLIENT_SECRET },
+    users: { 'service-user': PASSWORD },
+    ...tokenOptions
+  })
+  await tokenServer.listen()
+  const upstream = new FakeUpstream(tokenServer)
+  await upstream.listen()
+  const config = loadConfig({
+    BASE_URL: `${upstream.url}/api`,
+    AUTH_URL: tokenServer.url,
+    AUTH_CLIENT_ID: 'legacy-app',
+    AUTH_CLIENT_SECRET: CLIENT_SECRET,
+    AUTH_USERNAME: 'service-user',
+    AUTH_PASSWORD: PASSWORD,
+    PROXY_PORT: '0',
+    ADMIN_PORT: '0',
+    ADMIN_HOST: '127.0.0.1',
+    TOKEN_RETRY_MIN_MS: '50',
+    TOKEN_RETRY_MAX_MS: '200',
+    ...env
+  }, { cwd: '/nonexistent' })
+  const log = captureLogger()
+  const app = await buildApp(config, { logger: log.logger })
+  const { proxy, admin } = await app.listen()
+  t.teardown(async () => {
+    await app.close(500)
+    await upstream.close()
+    await tokenServer.close()
+  })
+  return {
+    app,
+    tokenServer,
+    upstream,
+    proxyUrl: `http://127.0.0.1:${proxy.port}`,
+    proxyPort: proxy.port,
+    adminUrl: `http://127.0.0.1:${admin.port}`,
+    log
+  }
+}
+
+/** Waits until `check` is true, polling every 10 ms, failing after `ms`. */
+export async function until (check: () => boolean, ms = 5_000): Promise<void> {
+  const deadline = Date.now() + ms
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error('condition not met in time')
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+}
+
+/** Sends bytes exactly as given (no client-side URL normalisation) and returns the raw answer. */
+export function rawRequest (port: number, text: string, timeoutMs = 3_000): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1')
+    const chunks: Buffer[] = []
+    const timer = setTimeout(() => { socket.destroy(); resolve(Buffer.concat(chunks).toString()) }, timeoutMs)
+    socket.on('data', (c: Buffer) => {
+      chunks.push(c)
+      // one response is enough: stop once a complete JSON body or an empty body arrived
+      const s = Buffer.concat(chunks).toString()
+      const m = s.match(/content-length: (\d+)/i)
+      const head = s.indexOf('\r\n\r\n')
+      if (m !== null && head !== -1 && s.length - head - 4 >= Number(m[1])) {
+        clearTimeout(timer)
+        socket.destroy()
+        resolve(s)
+      }
+    })
+    socket.on('end', () => { clearTimeout(timer); resolve(Buffer.concat(chunks).toString()) })
+    socket.on('error', reject)
+    socket.write(text)
+  })
+}
+
+/** Status code of a raw HTTP answer. */
+export function statusOf (raw: string): number {
+  return Number(raw.slice(9, 12))
+}
+
+export interface Reply {
+  status: number
+  headers: import('node:http').IncomingHttpHeaders
+  body: string
+}
+
+/** One request with node:http (which lets a test send any header), on a fresh connection. */
+export function send (url: string, options: { method?: string, headers?: Record<string, string | string[]>, body?: string | Buffer } = {}): Promise<Reply> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(url, { method: options.method ?? 'GET', headers: options.headers, agent: false }, (res) => {
+      const chunks: Buffer[] = []
+      res.on('data', (c: Buffer) => chunks.push(c))
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString() }))
+      res.on('error', reject)
+    })
+    req.on('error', reject)
+    req.end(options.body)
+  })
+}

@@ -1,0 +1,128 @@
+import { createHash } from 'node:crypto'
+import { createServer, type IncomingHttpHeaders, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import type { TokenServer } from '../../src/dev/token-server.js'
+
+export interface Received {
+  method: string
+  url: string
+  headers: IncomingHttpHeaders
+  /** raw header pairs, to count repeated headers exactly */
+  rawHeaders: string[]
+  bodyBytes: number
+  bodySha256: string
+  body: string
+  /** the token server's verdict on the Authorization header */
+  tokenValid: boolean
+  tokenReason?: string
+}
+
+/**
+ * A fake upstream API that records exactly what it received and checks every
+ * bearer token with the token server. Paths under /_ select a behaviour:
+ *   /_status/N          answer status N
+ *   /_slow/MS           wait MS before the response headers
+ *   /_reset             destroy the connection without answering
+ *   /_redirect          302 to another origin
+ *   /_bytes/N           stream N bytes
+ *   /_echo              stream the request body back
+ *   /_verify            401 unless the token is valid (as a real API)
+ * everything else answers 200 with a JSON summary.
+ */
+export class FakeUpstream {
+  readonly server: Server
+  readonly received: Received[] = []
+  /** Authorization headers answered 401 whatever the path */
+  readonly rejectTokens = new Set<string>()
+
+  constructor (readonly tokens?: TokenServer) {
+    this.server = createServer((req, res) => {
+      const hash = createHash('sha256')
+      const kept: Buffer[] = []
+      let bytes = 0
+      const path = req.url ?? ''
+      const verdict = tokens?.verify(req.headers.authorization) ?? { ok: true as const }
+      const record: Received = {
+        method: req.method ?? '',
+        url: path,
+        headers: req.headers,
+        rawHeaders: req.rawHeaders,
+        bodyBytes: 0,
+        bodySha256: '',
+        body: '',
+        tokenValid: verdict.ok,
+        ...(!verdict.ok && { tokenReason: verdict.reason })
+      }
+      this.received.push(record)
+
+      if (path.includes('/_echo')) {
+        res.writeHead(200, { 'content-type': 'application/octet-stream' })
+        req.pipe(res)
+        return
+      }
+      req.on('data', (c: Buffer) => {
+        bytes += c.length
+        hash.update(c)
+        if (bytes <= 65536) kept.push(c)
+      })
+      req.on('end', () => {
+        record.bodyBytes = bytes
+        record.bodySha256 = hash.digest('hex')
+        record.body = Buffer.concat(kept).toString()
+        const auth = req.headers.authorization
+        if ((auth !== undefined && this.rejectTokens.has(auth)) || (path.includes('/_verify') && !verdict.ok)) {
+          res.writeHead(401, { 'content-type': 'application/json', 'www-authenticate': 'Bearer error="invalid_token"' })
+          res.end('{"error":"invalid_token"}')
+          return
+        }
+        let m: RegExpMatchArray | null
+        if ((m = path.match(/\/_status\/(\d+)/)) !== null) {
+          res.writeHead(Number(m[1]), { 'content-type': 'text/plain', 'x-upstream': 'yes' })
+          res.end(`status ${m[1]}`)
+        } else if ((m = path.match(/\/_slow\/(\d+)/)) !== null) {
+          setTimeout(() => { if (!res.destroyed) res.end('slow') }, Number(m[1]))
+        } else if (path.includes('/_reset')) {
+          req.socket.destroy()
+        } else if (path.includes('/_redirect')) {
+          res.writeHead(302, { location: 'http://127.0.0.2:1/elsewhere' })
+          res.end()
+        } else if ((m = path.match(/\/_bytes\/(\d+)/)) !== null) {
+          const total = Number(m[1])
+          res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': total })
+          const chunk = Buffer.alloc(65536, 120)
+          let sent = 0
+          const pump = (): void => {
+            while (sent < total) {
+              const n = Math.min(chunk.length, total - sent)
+              sent += n
+              if (!res.write(n === chunk.length ? chunk : chunk.subarray(0, n))) {
+                res.once('drain', pump)
+                return
+              }
+            }
+            res.end()
+          }
+          pump()
+        } else {
+          const text = JSON.stringify({ method: req.method, url: path, bodyBytes: bytes })
+          res.writeHead(200, { 'content-type': 'application/json', 'x-upstream': 'yes', 'set-cookie': 'a=1' })
+          res.end(text)
+        }
+      })
+    })
+  }
+
+  async listen (): Promise<string> {
+    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve))
+    return this.url
+  }
+
+  get url (): string {
+    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`
+  }
+
+  async close (): Promise<void> {
+    this.server.closeAllConnections()
+    await new Promise<void>((resolve) => this.server.close(() => resolve()))
+  }
+}
