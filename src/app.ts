@@ -96,6 +96,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   })
 
   let closing = false
+  let closed: Promise<void> | undefined
   const admin = createAdminServer({
     registry: metrics.registry,
     notReadyReason: () => {
@@ -118,22 +119,27 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       await proxy.listen({ port: config.proxy.port, host: config.proxy.host })
       return { proxy: proxy.server.address() as AddressInfo, admin: admin.address() as AddressInfo }
     },
-    async close (graceMs = config.shutdownGraceMs) {
-      closing = true
-      const force = setTimeout(() => {
-        logger.warn({ graceMs }, 'shutdown grace period over: closing the remaining connections')
-        proxy.server.closeAllConnections()
-      }, graceMs)
-      try {
-        await proxy.close()
-      } finally {
-        clearTimeout(force)
-        tokens.stop()
-        credentials.close()
-        admin.closeAllConnections()
-        await new Promise<void>((resolve) => admin.close(() => resolve()))
-        await Promise.all([upstreamDispatcher.close(), tokenDispatcher?.close()])
-      }
+    close (graceMs = config.shutdownGraceMs) {
+      closed ??= shutdown(graceMs)
+      return closed
+    }
+  }
+
+  async function shutdown (graceMs: number): Promise<void> {
+    closing = true
+    const force = setTimeout(() => {
+      logger.warn({ graceMs }, 'shutdown grace period over: closing the remaining connections')
+      proxy.server.closeAllConnections()
+    }, graceMs)
+    try {
+      await proxy.close()
+    } finally {
+      clearTimeout(force)
+      tokens.stop()
+      credentials.close()
+      admin.closeAllConnections()
+      await new Promise<void>((resolve) => admin.close(() => resolve()))
+      await Promise.all([upstreamDispatcher.close(), tokenDispatcher?.close()])
     }
   }
 }

@@ -79,25 +79,30 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
   let raw: Raw
 
   // An empty variable (`AUTH_CLIENT_SECRET=` in a compose file) means unset.
-  const data = Object.fromEntries(Object.entries(env).filter(([name, value]) => name in properties && value !== ''))
+  const data = Object.fromEntries(Object.entries(env).filter(([name, value]) => name in properties && value !== undefined && value !== ''))
+  const read = (overrides: Record<string, undefined>): Raw => envSchema({
+    schema: envJsonSchema,
+    data: [data, overrides],
+    env: false,
+    dotenv: { path: resolve(cwd, '.env') }
+  }) as Raw
   try {
-    raw = envSchema({
-      schema: envJsonSchema,
-      data,
-      env: false,
-      dotenv: { path: resolve(cwd, '.env') }
-    }) as Raw
+    raw = read({})
   } catch (err) {
     const errors = (err as { errors?: Array<{ instancePath: string, message?: string, params?: { allowedValues?: unknown[] } }> }).errors
     if (!errors) {
       throw new ConfigError([`.env could not be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`])
     }
+    const invalid: Record<string, undefined> = {}
     for (const e of errors) {
       const name = e.instancePath.replace(/^\//, '')
       const allowed = e.params?.allowedValues ? ` (${e.params.allowedValues.join(', ')})` : ''
       problems.push(`${name} ${e.message ?? 'is invalid'}${allowed}`)
+      invalid[name] = undefined
     }
-    throw new ConfigError(problems)
+    // Read again without the invalid values, so that the checks below can
+    // report what else is wrong in the same message.
+    raw = read(invalid)
   }
 
   const str = (name: VariableName): string | undefined => {

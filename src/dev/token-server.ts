@@ -20,6 +20,8 @@ export interface TokenServerOptions {
   accessTokenSeconds?: number
   /** refresh token lifetime, seconds (Keycloak's SSO Session Idle) */
   refreshTokenSeconds?: number
+  /** longest life of an SSO session, seconds (Keycloak's SSO Session Max); 0 for none */
+  sessionMaxSeconds?: number
   /** a refresh token works once (Keycloak's "Revoke Refresh Token") */
   rotation?: boolean
   /** path of the token endpoint; Keycloak's (with the /auth prefix) by default */
@@ -40,7 +42,7 @@ export type Fault =
   | { reset: true }
   | { delayMs: number }
 
-interface Session { id: string, user: string, active: boolean }
+interface Session { id: string, user: string, active: boolean, started: number }
 interface RefreshState { session: Session, expiresAt: number | undefined, used: boolean }
 
 const KC = {
@@ -59,6 +61,7 @@ export class TokenServer {
   readonly faults: Fault[] = []
   accessTokenSeconds: number
   refreshTokenSeconds: number
+  sessionMaxSeconds: number
   rotation: boolean
   readonly clients: Record<string, string | undefined>
   readonly users: Record<string, string>
@@ -78,6 +81,7 @@ export class TokenServer {
     this.users = options.users ?? { 'service-user': 'service-password' }
     this.accessTokenSeconds = options.accessTokenSeconds ?? 300
     this.refreshTokenSeconds = options.refreshTokenSeconds ?? 1800
+    this.sessionMaxSeconds = options.sessionMaxSeconds ?? 0
     this.rotation = options.rotation ?? true
     this.server = createServer((req, res) => this.#handle(req, res))
   }
@@ -183,7 +187,7 @@ export class TokenServer {
     if (form.grant_type === 'password') {
       const user = form.username ?? ''
       if (!(user in this.users) || this.users[user] !== form.password) return kcError(KC.badUser)
-      const session: Session = { id: randomUUID(), user, active: true }
+      const session: Session = { id: randomUUID(), user, active: true, started: Date.now() }
       this.#sessions.set(session.id, session)
       return this.#issue(session, form.scope)
     }
@@ -191,7 +195,7 @@ export class TokenServer {
       const state = this.#refresh.get(form.refresh_token ?? '')
       if (state === undefined) return kcError(KC.notActive)
       if (state.expiresAt !== undefined && state.expiresAt <= Date.now()) return kcError(KC.notActive)
-      if (!state.session.active) return kcError(KC.sessionGone)
+      if (!state.session.active || this.#sessionLeftMs(state.session) <= 0) return kcError(KC.sessionGone)
       if (this.rotation && state.used) {
         state.session.active = false // reuse of a rotated token ends the session, as in Keycloak
         return kcError(KC.stale)
@@ -203,6 +207,10 @@ export class TokenServer {
       return { status: 400, body: { error: 'invalid_request', error_description: 'Missing form parameter: grant_type' } }
     }
     return { status: 400, body: { error: 'unsupported_grant_type', error_description: 'Unsupported grant_type' } }
+  }
+
+  #sessionLeftMs (session: Session): number {
+    return this.sessionMaxSeconds === 0 ? Infinity : session.started + this.sessionMaxSeconds * 1000 - Date.now()
   }
 
   #issue (session: Session, scope: string | undefined): { status: number, body: object } {
@@ -223,7 +231,10 @@ export class TokenServer {
     const payload = Buffer.from(JSON.stringify(claims)).toString('base64url')
     const sig = createHmac('sha256', this.#key).update(`${head}.${payload}`).digest('base64url')
     const refreshToken = randomBytes(24).toString('base64url')
-    const refreshSeconds = offline ? 0 : this.refreshTokenSeconds
+    // Like Keycloak: a refresh token lives the idle timeout, cut to what is left of the session.
+    const refreshSeconds = offline
+      ? 0
+      : Math.max(1, Math.min(this.refreshTokenSeconds, Math.floor(this.#sessionLeftMs(session) / 1000)))
     this.#refresh.set(refreshToken, {
       session,
       expiresAt: refreshSeconds === 0 ? undefined : Date.now() + refreshSeconds * 1000,

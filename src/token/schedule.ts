@@ -5,20 +5,33 @@
 
 /** Renewal starts no earlier than this fraction of the lifetime... */
 export const RENEW_FROM = 0.5
-/** ...and no later than this one, leaving time to finish before 90%. */
+/** ...and, jittered, no later than this one, leaving time to finish before 90%. */
 export const RENEW_UNTIL = 0.75
-/** A token is not handed out in the last part of its life: 10%, at most 5 s. */
+/**
+ * A token is not handed out in the last part of its life: 10% plus one
+ * second, at most 5 s. The second covers Keycloak's whole-second `exp`
+ * (a token may die up to 1 s before receipt + expires_in) and the trip to
+ * the upstream. It never cuts into the first half, which renewal needs.
+ */
 export const EXPIRY_MARGIN_FRACTION = 0.1
+export const EXPIRY_MARGIN_MIN_MS = 1_000
 export const EXPIRY_MARGIN_MAX_MS = 5_000
 
-/** Delay from receipt until the renewal of a token that lives `lifetimeMs`. */
-export function renewalDelay (lifetimeMs: number, random: number): number {
-  return lifetimeMs * (RENEW_FROM + (RENEW_UNTIL - RENEW_FROM) * random)
+/** Time after receipt until which a credential that lives `lifetimeMs` is still handed out. */
+export function usableFor (lifetimeMs: number): number {
+  const margin = Math.min(lifetimeMs * EXPIRY_MARGIN_FRACTION + EXPIRY_MARGIN_MIN_MS, EXPIRY_MARGIN_MAX_MS)
+  return Math.max(lifetimeMs * RENEW_FROM, lifetimeMs - margin)
 }
 
-/** Time after receipt until which a credential is still handed out. */
-export function usableFor (lifetimeMs: number): number {
-  return lifetimeMs - Math.min(lifetimeMs * EXPIRY_MARGIN_FRACTION, EXPIRY_MARGIN_MAX_MS)
+/**
+ * Delay from receipt until the renewal of a token that lives `lifetimeMs`:
+ * jittered between 50% and 75% of the lifetime, and for short lifetimes
+ * early enough to finish while the token is still handed out, never before 50%.
+ */
+export function renewalDelay (lifetimeMs: number, random: number): number {
+  const jittered = lifetimeMs * (RENEW_FROM + (RENEW_UNTIL - RENEW_FROM) * random)
+  const latest = usableFor(lifetimeMs) - lifetimeMs * 0.05
+  return Math.max(lifetimeMs * RENEW_FROM, Math.min(jittered, latest))
 }
 
 export interface BackoffPolicy {

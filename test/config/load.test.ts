@@ -1,0 +1,123 @@
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import t from 'tap'
+import { ConfigError, loadConfig } from '../../src/config/load.js'
+import { CredentialStore } from '../../src/config/credentials.js'
+
+const minimal = {
+  BASE_URL: 'https://api.internal/v2/',
+  AUTH_URL: 'https://sso.internal',
+  AUTH_CLIENT_ID: 'legacy-app',
+  AUTH_USERNAME: 'svc',
+  AUTH_PASSWORD: 'pw-secret-123'
+}
+
+function problems (env: NodeJS.ProcessEnv, cwd = '/nonexistent'): readonly string[] {
+  try {
+    loadConfig(env, { cwd })
+  } catch (err) {
+    if (err instanceof ConfigError) return err.problems
+    throw err
+  }
+  return []
+}
+
+t.test('defaults and derived values', async (t) => {
+  const c = loadConfig(minimal, { cwd: '/nonexistent' })
+  t.same(c.upstream, { origin: 'https://api.internal', basePath: '/v2', timeoutMs: 30000, idleTimeoutMs: 300000, connections: 128, keepAliveMs: 4000 })
+  t.same(c.auth, { mode: 'oauth2', tokenUrl: 'https://sso.internal/auth/realms/service-realm/protocol/openid-connect/token', clientId: 'legacy-app' })
+  t.same(c.proxy, { host: '127.0.0.1', port: 8080 })
+  t.same(c.admin, { host: '0.0.0.0', port: 9090 })
+  t.equal(c.logLevel, 'info')
+  t.same(c.token, { timeoutMs: 10000, waitMs: 5000, retryMinMs: 1000, retryMaxMs: 30000, rejectedRetryMs: 60000 })
+  t.equal(c.shutdownGraceMs, 10000)
+})
+
+t.test('AUTH_TOKEN_URL overrides the derived URL (Keycloak 17+ without /auth)', async (t) => {
+  const c = loadConfig({ ...minimal, AUTH_URL: undefined, AUTH_TOKEN_URL: 'https://kc/realms/r/protocol/openid-connect/token' }, { cwd: '/x' })
+  t.equal(c.auth.mode === 'oauth2' && c.auth.tokenUrl, 'https://kc/realms/r/protocol/openid-connect/token')
+  const realm = loadConfig({ ...minimal, AUTH_REALM: 'other' }, { cwd: '/x' })
+  t.match(realm.auth, { tokenUrl: 'https://sso.internal/auth/realms/other/protocol/openid-connect/token' })
+})
+
+t.test('every problem is reported at once, naming each variable, echoing no value', async (t) => {
+  const got = problems({
+    PROXY_PORT: '70000',
+    ADMIN_PORT: 'abc',
+    AUTH_MODE: 'kerberos',
+    LOG_LEVEL: 'loud',
+    AUTH_PASSWORD: 'hunter2-do-not-echo',
+    UPSTREAM_TIMEOUT_MS: '-1'
+  })
+  t.same(got, [
+    'AUTH_MODE must be equal to one of the allowed values (oauth2, basic)',
+    'PROXY_PORT must be <= 65535',
+    'ADMIN_PORT must be integer',
+    'LOG_LEVEL must be equal to one of the allowed values (fatal, error, warn, info, debug, trace, silent)',
+    'UPSTREAM_TIMEOUT_MS must be >= 1',
+    'BASE_URL is required',
+    'AUTH_USERNAME (or AUTH_USERNAME_FILE) is required',
+    'AUTH_URL is required in oauth2 mode (or set AUTH_TOKEN_URL)',
+    'AUTH_CLIENT_ID is required in oauth2 mode'
+  ])
+  const missing = problems({ AUTH_PASSWORD: 'hunter2-do-not-echo' })
+  t.same(missing, [
+    'BASE_URL is required',
+    'AUTH_USERNAME (or AUTH_USERNAME_FILE) is required',
+    'AUTH_URL is required in oauth2 mode (or set AUTH_TOKEN_URL)',
+    'AUTH_CLIENT_ID is required in oauth2 mode'
+  ])
+  t.notMatch(JSON.stringify(got) + JSON.stringify(missing), 'hunter2')
+})
+
+t.test('bad URLs are named without echoing them', async (t) => {
+  const got = problems({ ...minimal, BASE_URL: 'ftp://user:pw@host/', AUTH_URL: 'not a url' })
+  t.same(got, ['BASE_URL must be an absolute http or https URL', 'AUTH_URL must be an absolute http or https URL'])
+  t.same(problems({ ...minimal, BASE_URL: 'https://user:pw@host/' }), ['BASE_URL must not carry credentials'])
+  t.same(problems({ ...minimal, BASE_URL: 'https://host/?a=1' }), ['BASE_URL must not have a query or fragment'])
+})
+
+t.test('basic mode needs no token endpoint', async (t) => {
+  const c = loadConfig({ BASE_URL: 'http://u', AUTH_MODE: 'basic', AUTH_USERNAME: 'a', AUTH_PASSWORD: 'b' }, { cwd: '/x' })
+  t.same(c.auth, { mode: 'basic' })
+})
+
+t.test('an empty variable counts as unset', async (t) => {
+  const c = loadConfig({ ...minimal, AUTH_CLIENT_SECRET: '', LOG_LEVEL: '' }, { cwd: '/x' })
+  t.equal(c.credentials.clientSecret, undefined)
+  t.equal(c.logLevel, 'info')
+})
+
+t.test('.env is read and the environment wins over it', async (t) => {
+  const dir = t.testdir({ '.env': 'BASE_URL=http://from-dotenv/\nLOG_LEVEL=debug\nAUTH_CLIENT_ID=dotenv-client\n' })
+  const c = loadConfig({ ...minimal, BASE_URL: undefined, AUTH_CLIENT_ID: 'env-client' }, { cwd: dir })
+  t.equal(c.upstream.origin, 'http://from-dotenv')
+  t.equal(c.logLevel, 'debug')
+  t.equal(c.auth.mode === 'oauth2' && c.auth.clientId, 'env-client')
+})
+
+t.test('*_FILE variables: read from files, trailing newline ignored, changes picked up', async (t) => {
+  const dir = t.testdir({ user: 'svc-from-file\n', pass: 'pw-from-file\r\n', secret: 'cs-from-file' })
+  const c = loadConfig({
+    ...minimal,
+    AUTH_USERNAME: undefined,
+    AUTH_PASSWORD: undefined,
+    AUTH_USERNAME_FILE: join(dir, 'user'),
+    AUTH_PASSWORD_FILE: join(dir, 'pass'),
+    AUTH_CLIENT_SECRET_FILE: join(dir, 'secret')
+  }, { cwd: dir })
+  const store = new CredentialStore(c.credentials)
+  t.same(store.read(), { username: 'svc-from-file', password: 'pw-from-file', clientSecret: 'cs-from-file' })
+  writeFileSync(join(dir, 'pass'), 'rotated\n')
+  t.equal(store.read().password, 'rotated')
+  writeFileSync(join(dir, 'pass'), '')
+  t.equal(store.read().password, 'rotated', 'an emptied file keeps the last good value')
+
+  t.same(problems({ ...minimal, AUTH_PASSWORD: undefined, AUTH_PASSWORD_FILE: join(dir, 'missing') }), ['AUTH_PASSWORD_FILE cannot be read (ENOENT)'])
+  t.same(problems({ ...minimal, AUTH_PASSWORD_FILE: join(dir, 'pass') }), ['AUTH_PASSWORD and AUTH_PASSWORD_FILE are both set; use one'])
+})
+
+t.test('egress proxy variables are honoured in either case', async (t) => {
+  const c = loadConfig({ ...minimal, https_proxy: 'http://proxy:3128', NO_PROXY: 'localhost' }, { cwd: '/x' })
+  t.same(c.egress, { httpsProxy: 'http://proxy:3128', noProxy: 'localhost' })
+})

@@ -1,0 +1,64 @@
+import t from 'tap'
+import { build, send, until } from '../helpers/build.js'
+
+t.test('a rejected token is renewed once and a request without a body is replayed', async (t) => {
+  const h = await build(t)
+  await until(() => h.app.tokens.ready())
+  const old = h.app.tokens.current()!
+  h.upstream.rejectTokens.add(old)
+  const res = await send(`${h.proxyUrl}/data?x=1`)
+  t.equal(res.status, 200, 'the client sees the replay\'s answer')
+  t.same(JSON.parse(res.body), { method: 'GET', url: '/api/data?x=1', bodyBytes: 0 })
+  t.equal(res.headers['www-authenticate'], undefined, 'no header of the 401 leaks into the answer')
+  const [first, second] = h.upstream.received.slice(-2)
+  t.equal(first!.headers.authorization, old)
+  t.not(second!.headers.authorization, old)
+  t.ok(second!.tokenValid)
+  t.same(h.tokenServer.grants.map((g) => g.grantType), ['password', 'refresh_token'], 'renewed by the refresh grant')
+})
+
+t.test('many requests seeing the same rejected token cause one renewal', async (t) => {
+  const h = await build(t)
+  await until(() => h.app.tokens.ready())
+  const old = h.app.tokens.current()!
+  h.upstream.rejectTokens.add(old)
+  const replies = await Promise.all(Array.from({ length: 20 }, async () => await send(`${h.proxyUrl}/many`)))
+  t.same(replies.map((r) => r.status), Array(20).fill(200))
+  t.equal(h.tokenServer.grants.length, 2, 'one password grant at start, one renewal')
+})
+
+t.test('a request with a body gets the 401 relayed, and the token is still renewed', async (t) => {
+  const h = await build(t)
+  await until(() => h.app.tokens.ready())
+  const old = h.app.tokens.current()!
+  h.upstream.rejectTokens.add(old)
+  const res = await send(`${h.proxyUrl}/post`, { method: 'POST', body: '{"a":1}', headers: { 'content-type': 'application/json' } })
+  t.equal(res.status, 401)
+  t.equal(res.body, '{"error":"invalid_token"}')
+  t.equal(h.upstream.received.length, 1, 'not replayed')
+  await until(() => h.app.tokens.ready())
+  t.not(h.app.tokens.current(), old)
+  const next = await send(`${h.proxyUrl}/post`, { method: 'POST', body: '{"a":1}', headers: { 'content-type': 'application/json' } })
+  t.equal(next.status, 200)
+})
+
+t.test('a replay that is rejected again is relayed as 401, not retried in a loop', async (t) => {
+  const h = await build(t)
+  await until(() => h.app.tokens.ready())
+  const res = await send(`${h.proxyUrl}/_status/401`)
+  t.equal(res.status, 401)
+  t.equal(h.upstream.received.length, 2, 'sent once, replayed once')
+  await until(() => h.tokenServer.grants.length >= 3)
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  t.equal(h.tokenServer.grants.length, 3, 'each rejected token renewed once, no more')
+})
+
+t.test('the upstream never receives an invalid token when the session is ended server-side', async (t) => {
+  const h = await build(t)
+  await until(() => h.app.tokens.ready())
+  h.tokenServer.revoke(h.app.tokens.current()!.slice(7))
+  h.tokenServer.endSessions()
+  const res = await send(`${h.proxyUrl}/_verify`)
+  t.equal(res.status, 200, 'refresh refused (Session not active), password grant, replay')
+  t.same(h.tokenServer.grants.map((g) => [g.grantType, g.status]), [['password', 200], ['refresh_token', 400], ['password', 200]])
+})
