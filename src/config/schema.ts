@@ -34,6 +34,8 @@ interface Property {
   minLength?: number
   /** a secret: its value is never printed, whatever the error */
   secret?: boolean
+  /** documentation only: the loader checks presence, with the rules between variables */
+  required?: true
 }
 
 const port = (description: string, value: number): Property =>
@@ -44,7 +46,7 @@ const text = (description: string, extra: Partial<Property> = {}): Property =>
   ({ type: 'string', description, minLength: 1, ...extra })
 
 export const properties = {
-  BASE_URL: text('upstream base URL (http or https); a path prefix is kept'),
+  BASE_URL: text('upstream base URL (http or https); a path prefix is kept', { required: true }),
   AUTH_MODE: text('oauth2 (bearer token from the token endpoint) or basic (RFC 7617, no token endpoint)', { enum: ['oauth2', 'basic'], default: DEFAULT_AUTH_MODE }),
   AUTH_URL: text('base URL of the auth server; required in oauth2 mode unless AUTH_TOKEN_URL is set'),
   AUTH_REALM: text('realm segment of the token path', { default: DEFAULT_AUTH_REALM }),
@@ -52,9 +54,9 @@ export const properties = {
   AUTH_CLIENT_ID: text('OAuth client id; required in oauth2 mode'),
   AUTH_CLIENT_SECRET: text('client secret, for confidential clients', { secret: true }),
   AUTH_CLIENT_SECRET_FILE: text('file holding the client secret (re-read when it changes)'),
-  AUTH_USERNAME: text('service account user name'),
+  AUTH_USERNAME: text('service account user name (or AUTH_USERNAME_FILE)', { required: true }),
   AUTH_USERNAME_FILE: text('file holding the user name (re-read when it changes)'),
-  AUTH_PASSWORD: text('service account password', { secret: true }),
+  AUTH_PASSWORD: text('service account password (or AUTH_PASSWORD_FILE)', { secret: true, required: true }),
   AUTH_PASSWORD_FILE: text('file holding the password (re-read when it changes)'),
   AUTH_SCOPE: text('scope sent with both grants, e.g. "openid offline_access"'),
   PROXY_HOST: text('address the proxy listens on; loopback so only the pod\'s containers can use it', { default: DEFAULT_PROXY_HOST }),
@@ -80,7 +82,7 @@ export type VariableName = keyof typeof properties
 export const envJsonSchema = {
   type: 'object',
   properties: Object.fromEntries(Object.entries(properties).map(([name, p]) => {
-    const { secret: _secret, ...schema } = p as Property
+    const { secret: _secret, required: _required, ...schema } = p as Property
     return [name, schema]
   })),
   required: []
