@@ -93,6 +93,7 @@ export async function proxyPlugin (app: FastifyInstance, opts: ProxyOptions): Pr
     },
     replyOptions: {
       rewriteHeaders: responseHeaders,
+      retryDelay: staleSocketRetry,
       rewriteRequestHeaders (request: ProxiedRequest, headers: IncomingHttpHeaders) {
         return forwardHeaders(headers, {
           authorization: request[kAuth] ?? '',
@@ -134,6 +135,19 @@ export async function proxyPlugin (app: FastifyInstance, opts: ProxyOptions): Pr
       reply.from(request[kDest], request[kOptions])
     }, (err: unknown) => sendTokenUnavailable(reply, err))
   }
+}
+
+/** Idempotent methods without a body may be sent again when a pooled socket turned out dead. */
+const RETRYABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
+
+/**
+ * reply-from's own policy retries a GET answered 503 up to ten times; ours
+ * retries once, only when a kept-alive socket was closed under the request
+ * ("other side closed"), and never a request with a body.
+ */
+function staleSocketRetry ({ err, req, attempt }: { err?: { code?: string } | null, req: { method: string, headers: IncomingHttpHeaders }, attempt: number }): number | null {
+  if (attempt > 0 || err?.code !== 'UND_ERR_SOCKET') return null
+  return RETRYABLE_METHODS.has(req.method) && hasNoBody(req.headers) ? 1 : null
 }
 
 function sendTokenUnavailable (reply: FastifyReply, err: unknown): void {

@@ -1,0 +1,112 @@
+import { createServer, type Server, type Socket } from 'node:net'
+import t, { type Test } from 'tap'
+import { build, rawRequest, send, statusOf, until } from '../helpers/build.js'
+
+/**
+ * A raw TCP upstream: `answer(requestHead, socket, index)` decides what each
+ * request on each connection gets, byte for byte.
+ */
+async function rawUpstream (t: Test, answer: (head: string, socket: Socket, nthOnSocket: number) => void): Promise<{ url: string, requests: string[] }> {
+  const requests: string[] = []
+  const server: Server = createServer((socket) => {
+    let buffered = ''
+    let n = 0
+    socket.on('data', (c: Buffer) => {
+      buffered += c.toString('latin1')
+      let end: number
+      while ((end = buffered.indexOf('\r\n\r\n')) !== -1) {
+        const head = buffered.slice(0, end)
+        const length = Number(/content-length: (\d+)/i.exec(head)?.[1] ?? 0)
+        if (buffered.length < end + 4 + length) return
+        buffered = buffered.slice(end + 4 + length)
+        requests.push(head)
+        answer(head, socket, n++)
+      }
+    })
+    socket.on('error', () => {})
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => { server.close(() => resolve()) }))
+  return { url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, requests }
+}
+
+const OK = 'HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: keep-alive\r\n\r\nok'
+
+t.test('a stale pooled socket is retried once for idempotent requests, never for one with a body', async (t) => {
+  // The second request on every connection finds it closed, as when the
+  // upstream's keep-alive timeout races the next request.
+  const up = await rawUpstream(t, (_head, socket, n) => {
+    if (n === 0) socket.write(OK)
+    else socket.destroy()
+  })
+  const h = await build(t, { BASE_URL: up.url, UPSTREAM_CONNECTIONS: '1' })
+  await until(() => h.app.tokens.ready())
+  t.equal((await send(`${h.proxyUrl}/a`)).status, 200)
+  const get = await send(`${h.proxyUrl}/b`)
+  t.equal(get.status, 200, 'GET retried on a fresh connection')
+  t.equal(up.requests.filter((r) => r.startsWith('GET /b ')).length, 2, 'sent twice: the dead socket, then a new one')
+
+  const post = await send(`${h.proxyUrl}/c`, { method: 'POST', body: 'payload' })
+  t.equal(post.status, 502, 'a POST is not replayed: 502')
+  t.equal(up.requests.filter((r) => r.startsWith('POST /c ')).length, 1)
+})
+
+t.test('a GET answered 503 is relayed, not silently retried', async (t) => {
+  const up = await rawUpstream(t, (_head, socket) => {
+    socket.write('HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\nretry-after: 0\r\n\r\nbusy')
+  })
+  const h = await build(t, { BASE_URL: up.url })
+  await until(() => h.app.tokens.ready())
+  const res = await send(`${h.proxyUrl}/x`)
+  t.equal(res.status, 503)
+  t.equal(res.body, 'busy')
+  t.equal(up.requests.length, 1)
+})
+
+t.test('an invalid upstream status code gives 502, and the process keeps serving', async (t) => {
+  const up = await rawUpstream(t, (head, socket) => {
+    if (head.startsWith('GET /weird')) socket.end('HTTP/1.1 999 Weird\r\ncontent-length: 0\r\n\r\n')
+    else if (head.startsWith('GET /zero')) socket.end('HTTP/1.1 099 Low\r\ncontent-length: 0\r\n\r\n')
+    else socket.write(OK)
+  })
+  const h = await build(t, { BASE_URL: up.url })
+  await until(() => h.app.tokens.ready())
+  t.equal((await send(`${h.proxyUrl}/weird`)).status, 502)
+  t.equal((await send(`${h.proxyUrl}/zero`)).status, 502)
+  t.equal((await send(`${h.proxyUrl}/fine`)).status, 200)
+})
+
+t.test('an upstream that resets mid-response: the client connection is cut, the next request is served', async (t) => {
+  const up = await rawUpstream(t, (head, socket) => {
+    if (head.startsWith('GET /half')) {
+      socket.write('HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n' + 'x'.repeat(100))
+      setTimeout(() => socket.destroy(), 50)
+    } else socket.write(OK)
+  })
+  const h = await build(t, { BASE_URL: up.url })
+  await until(() => h.app.tokens.ready())
+  const cut = await send(`${h.proxyUrl}/half`).then((r) => r.body.length, (e: Error) => e.message)
+  t.not(cut, 1000, 'the client does not get a complete-looking body')
+  t.equal((await send(`${h.proxyUrl}/fine`)).status, 200)
+})
+
+t.test('malformed client input: a 4xx or a closed connection, and the next request is served', async (t) => {
+  const h = await build(t)
+  await until(() => h.app.tokens.ready())
+  const cases: Array<[string, string]> = [
+    ['oversized headers', `GET /a HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`],
+    ['Content-Length and Transfer-Encoding', 'POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n'],
+    ['two different Content-Length', 'POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!'],
+    ['invalid header bytes', 'GET /a HTTP/1.1\r\nHost: x\r\nX-Bad: a\x00b\r\n\r\n'],
+    ['invalid header name', 'GET /a HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n'],
+    ['very long URL', `GET /${'a'.repeat(70_000)} HTTP/1.1\r\nHost: x\r\n\r\n`],
+    ['not HTTP at all', 'HELLO\r\n\r\n']
+  ]
+  for (const [name, text] of cases) {
+    const raw = await rawRequest(h.proxyPort, text, 2_000)
+    const status = statusOf(raw)
+    t.ok(raw === '' || (status >= 400 && status < 500), `${name}: ${raw.split('\r\n')[0] || 'connection closed'}`)
+  }
+  t.equal(h.upstream.received.length, 0, 'none reached the upstream')
+  t.equal((await send(`${h.proxyUrl}/after`)).status, 200, 'the next request is served')
+})
