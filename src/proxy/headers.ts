@@ -51,3 +51,17 @@ export function responseHeaders (headers: IncomingHttpHeaders): IncomingHttpHead
   }
   return headers
 }
+
+/** The handshake's own headers, which the WebSocket client to the upstream writes itself. */
+const WEBSOCKET_HANDSHAKE = ['host', 'connection', 'upgrade', 'sec-websocket-key', 'sec-websocket-version', 'sec-websocket-protocol', 'sec-websocket-extensions', 'content-length']
+
+/** Headers for the upstream WebSocket handshake: the client's, less the handshake's, plus ours. */
+export function websocketHeaders (clientHeaders: IncomingHttpHeaders, info: ForwardingInfo): IncomingHttpHeaders {
+  const headers: IncomingHttpHeaders = { ...clientHeaders }
+  const connection = headers.connection
+  if (connection !== undefined) {
+    for (const name of String(connection).split(',')) delete headers[name.trim().toLowerCase()]
+  }
+  for (const name of WEBSOCKET_HANDSHAKE) delete headers[name]
+  return forwardHeaders(headers, info)
+}

@@ -6,7 +6,7 @@ import type { Dispatcher } from 'undici'
 import { errorBody, TokenUnavailableError, type ErrorCode, ERRORS } from '../errors.js'
 import type { AuthorizationSource } from '../token/manager.js'
 import { isConfined } from './confine.js'
-import { forwardHeaders, hasNoBody, responseHeaders } from './headers.js'
+import { forwardHeaders, hasNoBody, responseHeaders, websocketHeaders } from './headers.js'
 
 export interface ProxyOptions {
   /** `scheme://host[:port]` of BASE_URL */
@@ -74,6 +74,16 @@ export async function proxyPlugin (app: FastifyInstance, opts: ProxyOptions): Pr
     httpMethods: methods,
     undici: opts.dispatcher as never,
     disableRequestLogging: true,
+    websocket: true,
+    wsClientOptions: {
+      // The upgrade passed the same preHandler, so the token is at hand.
+      rewriteRequestHeaders: (_headers: IncomingHttpHeaders, request: ProxiedRequest) => websocketHeaders(request.headers, {
+        authorization: request[kAuth] ?? '',
+        requestId: request.id,
+        clientIp: request.raw.socket.remoteAddress,
+        host: request.headers.host
+      })
+    },
     preHandler (request: ProxiedRequest, reply: FastifyReply, done: (err?: Error) => void) {
       const header = tokens.current()
       if (header !== undefined) {
