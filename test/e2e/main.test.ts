@@ -1,57 +1,13 @@
-import { spawn, type ChildProcess } from 'node:child_process'
-import { existsSync } from 'node:fs'
-import { createServer } from 'node:net'
-import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { TokenServer } from '../../src/dev/token-server.js'
 import { send, until } from '../helpers/build.js'
+import { freePort, start } from '../helpers/process.js'
 import { FakeUpstream } from '../helpers/upstream.js'
 
-const root = fileURLToPath(new URL('../..', import.meta.url))
-const main = `${root}dist/main.js`
 const PASSWORD = 'e2e-password-5d4c3b'
 const CLIENT_SECRET = 'e2e-client-secret-a1b2'
 /** How long the renewal run lasts; E2E_SECONDS=60 for a longer soak. */
 const RUN_SECONDS = Number(process.env.E2E_SECONDS ?? 8)
-
-if (!existsSync(main)) throw new Error('dist/main.js is missing: run `npm run build` first (npm test does)')
-
-async function freePort (): Promise<number> {
-  return await new Promise((resolve) => {
-    const s = createServer()
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number }
-      s.close(() => resolve(port))
-    })
-  })
-}
-
-interface Running {
-  child: ChildProcess
-  stdout: string[]
-  stderr: string[]
-  exited: Promise<number | null>
-}
-
-function start (env: Record<string, string>): Running {
-  const child = spawn(process.execPath, [main], {
-    cwd: root,
-    env: { PATH: process.env.PATH ?? '', ...env },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
-  const stdout: string[] = []
-  const stderr: string[] = []
-  let partial = ''
-  child.stdout!.on('data', (c: Buffer) => {
-    const text = partial + c.toString()
-    const lines = text.split('\n')
-    partial = lines.pop()!
-    stdout.push(...lines)
-  })
-  child.stderr!.on('data', (c: Buffer) => stderr.push(c.toString()))
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)))
-  return { child, stdout, stderr, exited }
-}
 
 t.test('invalid configuration: exits non-zero at once with one message naming every problem', async (t) => {
   const run = start({ PROXY_PORT: 'x', AUTH_PASSWORD: 'never-echo-me' })

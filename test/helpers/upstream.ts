@@ -15,6 +15,8 @@ export interface Received {
   /** the token server's verdict on the Authorization header */
   tokenValid: boolean
   tokenReason?: string
+  /** set when the request body ended early (the proxy aborted it) */
+  abortedAt?: number
 }
 
 /**
@@ -27,6 +29,7 @@ export interface Received {
  *   /_bytes/N           stream N bytes
  *   /_echo              stream the request body back
  *   /_verify            401 unless the token is valid (as a real API)
+ *   /_sse/N/GAP         N server-sent events, GAP ms apart, headers at once
  * everything else answers 200 with a JSON summary.
  */
 export class FakeUpstream {
@@ -41,6 +44,7 @@ export class FakeUpstream {
       const kept: Buffer[] = []
       let bytes = 0
       const path = req.url ?? ''
+      let m0: RegExpMatchArray | null
       const verdict = tokens?.verify(req.headers.authorization) ?? { ok: true as const }
       const record: Received = {
         method: req.method ?? '',
@@ -65,6 +69,22 @@ export class FakeUpstream {
         hash.update(c)
         if (bytes <= 65536) kept.push(c)
       })
+      req.on('close', () => {
+        if (!req.complete) record.abortedAt = Date.now()
+        record.bodyBytes = bytes
+      })
+      if ((m0 = path.match(/\/_sse\/(\d+)\/(\d+)/)) !== null) {
+        const [count, gap] = [Number(m0[1]), Number(m0[2])]
+        res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
+        res.flushHeaders()
+        let sent = 0
+        const timer = setInterval(() => {
+          res.write(`data: event ${++sent}\n\n`)
+          if (sent === count) { clearInterval(timer); res.end() }
+        }, gap)
+        res.on('close', () => clearInterval(timer))
+        return
+      }
       req.on('end', () => {
         record.bodyBytes = bytes
         record.bodySha256 = hash.digest('hex')

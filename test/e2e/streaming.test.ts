@@ -1,0 +1,103 @@
+import { Agent, request as httpRequest } from 'node:http'
+import t from 'tap'
+import { send } from '../helpers/build.js'
+import { memoryOf, startSidecar } from '../helpers/process.js'
+
+/** Body size for the flat-memory runs; STREAM_MB=1024 for the full gigabyte. */
+const STREAM_MB = Number(process.env.STREAM_MB ?? 256)
+/** Allowed growth of the proxy's resident memory while streaming. */
+const MAX_GROWTH_MB = 64
+
+const chunk = Buffer.alloc(1024 * 1024, 97)
+
+/** Samples the child's RSS while `work` runs; returns the peak. */
+async function peakRss (pid: number, work: () => Promise<void>): Promise<number> {
+  let peak = memoryOf(pid).rssMb
+  const timer = setInterval(() => { peak = Math.max(peak, memoryOf(pid).rssMb) }, 50)
+  try {
+    await work()
+  } finally {
+    clearInterval(timer)
+  }
+  return Math.max(peak, memoryOf(pid).rssMb)
+}
+
+function upload (url: string, mb: number, agent: Agent): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(url, { method: 'POST', agent, headers: { 'content-type': 'application/octet-stream', 'content-length': mb * chunk.length } }, (res) => {
+      res.resume()
+      res.on('end', () => resolve(res.statusCode ?? 0))
+    })
+    req.on('error', reject)
+    let sent = 0
+    const pump = (): void => {
+      while (sent < mb) {
+        sent++
+        if (!req.write(chunk)) { req.once('drain', pump); return }
+      }
+      req.end()
+    }
+    pump()
+  })
+}
+
+function download (url: string, agent: Agent): Promise<number> {
+  return new Promise((resolve, reject) => {
+    httpRequest(url, { agent }, (res) => {
+      let bytes = 0
+      res.on('data', (c: Buffer) => { bytes += c.length })
+      res.on('end', () => resolve(bytes))
+      res.on('error', reject)
+    }).on('error', reject).end()
+  })
+}
+
+t.test(`${STREAM_MB} MB up and down with the proxy's memory flat; keep-alive reuse afterwards`, async (t) => {
+  const s = await startSidecar(t)
+  const pid = s.run.child.pid!
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+  t.teardown(() => agent.destroy())
+  for (let i = 0; i < 20; i++) await send(`${s.proxyUrl}/warm`) // JIT and pools warmed
+  const baseline = memoryOf(pid).rssMb
+
+  const upPeak = await peakRss(pid, async () => {
+    t.equal(await upload(`${s.proxyUrl}/upload`, STREAM_MB, agent), 200)
+  })
+  const got = s.upstream.received.at(-1)!
+  t.equal(got.bodyBytes, STREAM_MB * chunk.length, 'every byte arrived')
+  t.ok(got.tokenValid)
+  t.ok(upPeak - baseline < MAX_GROWTH_MB, `upload: RSS ${baseline.toFixed(0)} → peak ${upPeak.toFixed(0)} MB`)
+
+  const next = await download(`${s.proxyUrl}/after-upload`, agent)
+  t.ok(next > 0, 'a GET on the same keep-alive connection after the upload works')
+
+  const downPeak = await peakRss(pid, async () => {
+    t.equal(await download(`${s.proxyUrl}/_bytes/${STREAM_MB * chunk.length}`, agent), STREAM_MB * chunk.length)
+  })
+  t.ok(downPeak - baseline < MAX_GROWTH_MB, `download: RSS ${baseline.toFixed(0)} → peak ${downPeak.toFixed(0)} MB`)
+})
+
+t.test('a client that aborts mid-upload aborts the upstream request promptly', async (t) => {
+  const s = await startSidecar(t)
+  const req = httpRequest(`${s.proxyUrl}/abort-me`, { method: 'POST', agent: false, headers: { 'content-length': 100 * chunk.length } })
+  req.on('error', () => {})
+  for (let i = 0; i < 5; i++) req.write(chunk)
+  const until = Date.now() + 5_000
+  while (s.upstream.received.length === 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 10))
+  const abortedAt = Date.now()
+  req.destroy()
+  while (s.upstream.received[0]?.abortedAt === undefined && Date.now() < abortedAt + 3_000) await new Promise((resolve) => setTimeout(resolve, 10))
+  const seen = s.upstream.received[0]?.abortedAt
+  t.ok(seen !== undefined && seen - abortedAt < 1_000, `upstream request aborted ${seen === undefined ? 'never' : `${seen - abortedAt} ms`} after the client left`)
+  t.equal((await send(`${s.proxyUrl}/after`)).status, 200, 'and the proxy serves on')
+})
+
+t.test('a quiet event stream is not cut by the timeout for response headers; a stalled one is cut by the idle timeout', async (t) => {
+  const s = await startSidecar(t, { UPSTREAM_TIMEOUT_MS: '300', UPSTREAM_IDLE_TIMEOUT_MS: '2500' })
+  const quiet = await send(`${s.proxyUrl}/_sse/3/1000`)
+  t.equal(quiet.status, 200)
+  t.equal(quiet.body, 'data: event 1\n\ndata: event 2\n\ndata: event 3\n\n', 'three events, a second apart, all delivered')
+
+  const stalled = await send(`${s.proxyUrl}/_sse/2/4000`).then((r) => r.body, (e: Error) => `error: ${e.message}`)
+  t.not(stalled, 'data: event 1\n\ndata: event 2\n\n', 'a body silent for longer than UPSTREAM_IDLE_TIMEOUT_MS is cut')
+})

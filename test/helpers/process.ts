@@ -1,0 +1,101 @@
+import { spawn, type ChildProcess } from 'node:child_process'
+import { existsSync, readFileSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { fileURLToPath } from 'node:url'
+import type { Test } from 'tap'
+import { TokenServer, type TokenServerOptions } from '../../src/dev/token-server.js'
+import { send, until } from './build.js'
+import { FakeUpstream } from './upstream.js'
+
+export const root = fileURLToPath(new URL('../..', import.meta.url))
+export const main = `${root}dist/main.js`
+
+export async function freePort (): Promise<number> {
+  return await new Promise((resolve) => {
+    const s = createServer()
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number }
+      s.close(() => resolve(port))
+    })
+  })
+}
+
+export interface Running {
+  child: ChildProcess
+  stdout: string[]
+  stderr: string[]
+  exited: Promise<number | null>
+}
+
+/** Runs the built product (`node dist/main.js`) with exactly `env` (and PATH). */
+export function start (env: Record<string, string>, cwd = root): Running {
+  if (!existsSync(main)) throw new Error('dist/main.js is missing: run `npm run build` first (npm test does)')
+  const child = spawn(process.execPath, [main], {
+    cwd,
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  const stdout: string[] = []
+  const stderr: string[] = []
+  let partial = ''
+  child.stdout!.on('data', (c: Buffer) => {
+    const text = partial + c.toString()
+    const lines = text.split('\n')
+    partial = lines.pop()!
+    stdout.push(...lines)
+  })
+  child.stderr!.on('data', (c: Buffer) => stderr.push(c.toString()))
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)))
+  return { child, stdout, stderr, exited }
+}
+
+
+/** Resident and peak resident memory of a process, in MB, from /proc. */
+export function memoryOf (pid: number): { rssMb: number, peakMb: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8')
+  const kb = (field: string): number => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? NaN)
+  return { rssMb: kb('VmRSS') / 1024, peakMb: kb('VmHWM') / 1024 }
+}
+
+export interface RunningSidecar {
+  run: Running
+  proxyUrl: string
+  adminUrl: string
+  tokenServer: TokenServer
+  upstream: FakeUpstream
+}
+
+/**
+ * The built product as a child process, in front of a FakeUpstream and a
+ * TokenServer in this process; ready (a token held) when this resolves.
+ */
+export async function startSidecar (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}, waitReady = true): Promise<RunningSidecar> {
+  const tokenServer = new TokenServer({ users: { 'service-user': 'e2e-password' }, ...tokenOptions })
+  await tokenServer.listen()
+  const upstream = new FakeUpstream(tokenServer)
+  await upstream.listen()
+  const [proxyPort, adminPort] = [await freePort(), await freePort()]
+  const run = start({
+    BASE_URL: `${upstream.url}/api`,
+    AUTH_URL: tokenServer.url,
+    AUTH_CLIENT_ID: 'legacy-app',
+    AUTH_USERNAME: 'service-user',
+    AUTH_PASSWORD: 'e2e-password',
+    PROXY_PORT: String(proxyPort),
+    ADMIN_PORT: String(adminPort),
+    ADMIN_HOST: '127.0.0.1',
+    ...env
+  })
+  t.teardown(async () => {
+    run.child.kill('SIGKILL')
+    await upstream.close()
+    await tokenServer.close()
+  })
+  const adminUrl = `http://127.0.0.1:${adminPort}`
+  await until(() => run.stdout.some((l) => l.includes('auth-sidecar listening')), 15_000)
+  if (waitReady) {
+    await until(() => run.stdout.some((l) => l.includes('"token obtained"')), 15_000)
+    if ((await send(`${adminUrl}/readyz`)).status !== 200) throw new Error('sidecar not ready')
+  }
+  return { run, proxyUrl: `http://127.0.0.1:${proxyPort}`, adminUrl, tokenServer, upstream }
+}
