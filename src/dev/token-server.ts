@@ -1,4 +1,4 @@
-import { createHmac, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto'
+import { createSign, createVerify, generateKeyPairSync, randomBytes, randomUUID, type KeyObject } from 'node:crypto'
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 
@@ -68,7 +68,7 @@ export class TokenServer {
   /** most token requests ever seen in flight at once */
   maxConcurrent = 0
   #concurrent = 0
-  readonly #key = randomBytes(32)
+  readonly #key = signingKey()
   readonly #refresh = new Map<string, RefreshState>()
   readonly #sessions = new Map<string, Session>()
   readonly #revoked = new Set<string>()
@@ -124,9 +124,8 @@ export class TokenServer {
     const token = header.slice(7)
     const [h, p, sig] = token.split('.')
     if (h === undefined || p === undefined || sig === undefined) return { ok: false, reason: 'malformed token' }
-    const expected = createHmac('sha256', this.#key).update(`${h}.${p}`).digest()
-    const given = Buffer.from(sig, 'base64url')
-    if (given.length !== expected.length || !timingSafeEqual(given, expected)) return { ok: false, reason: 'bad signature' }
+    const valid = createVerify('RSA-SHA256').update(`${h}.${p}`).verify(this.#key.publicKey, Buffer.from(sig, 'base64url'))
+    if (!valid) return { ok: false, reason: 'bad signature' }
     if (this.#revoked.has(token)) return { ok: false, reason: 'revoked' }
     const claims = JSON.parse(Buffer.from(p, 'base64url').toString()) as { exp: number, preferred_username: string }
     const now = Date.now() / 1000
@@ -135,6 +134,9 @@ export class TokenServer {
   }
 
   #handle (req: IncomingMessage, res: ServerResponse): void {
+    if (req.method === 'GET' && req.url === this.tokenPath.replace(/\/token$/, '/certs')) {
+      return json(res, 200, { keys: [{ ...this.#key.jwk, kid: this.#key.kid, use: 'sig', alg: 'RS256' }] })
+    }
     if (req.method !== 'POST' || req.url !== this.tokenPath) {
       return json(res, 404, { error: 'Unable to find matching target resource method' })
     }
@@ -227,9 +229,9 @@ export class TokenServer {
       sid: session.id,
       preferred_username: session.user
     }
-    const head = Buffer.from(JSON.stringify({ alg: 'HS256', typ: 'JWT' })).toString('base64url')
+    const head = Buffer.from(JSON.stringify({ alg: 'RS256', typ: 'JWT', kid: this.#key.kid })).toString('base64url')
     const payload = Buffer.from(JSON.stringify(claims)).toString('base64url')
-    const sig = createHmac('sha256', this.#key).update(`${head}.${payload}`).digest('base64url')
+    const sig = createSign('RSA-SHA256').update(`${head}.${payload}`).sign(this.#key.privateKey, 'base64url')
     const refreshToken = randomBytes(24).toString('base64url')
     // Like Keycloak: a refresh token lives the idle timeout, cut to what is left of the session.
     const refreshSeconds = offline
@@ -254,6 +256,18 @@ export class TokenServer {
       }
     }
   }
+}
+
+interface SigningKey { privateKey: KeyObject, publicKey: KeyObject, jwk: object, kid: string }
+let sharedKey: SigningKey | undefined
+
+/** One RS256 key per process: generating one per server would slow the tests. */
+function signingKey (): SigningKey {
+  if (sharedKey === undefined) {
+    const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048 })
+    sharedKey = { privateKey, publicKey, jwk: publicKey.export({ format: 'jwk' }), kid: randomBytes(8).toString('hex') }
+  }
+  return sharedKey
 }
 
 function kcError (e: { status: number, error: string, description: string }): { status: number, body: object } {

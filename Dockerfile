@@ -1,0 +1,33 @@
+# syntax=docker/dockerfile:1
+# auth-sidecar image: multi-stage, production dependencies only, numeric
+# non-root user, nothing written at run time (a read-only root filesystem
+# works), node as PID 1 so that SIGTERM reaches the graceful shutdown.
+ARG NODE_IMAGE=node:26-bookworm-slim
+
+FROM ${NODE_IMAGE} AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+COPY scripts ./scripts
+RUN npm ci --ignore-scripts --no-audit --no-fund
+COPY tsconfig.json ./
+COPY src ./src
+RUN npm run build
+
+FROM ${NODE_IMAGE} AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
+
+FROM ${NODE_IMAGE}
+ENV NODE_ENV=production
+WORKDIR /app
+COPY --from=deps /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+COPY package.json ./
+# 65532: the conventional "nonroot" id; no shell login, no home needed.
+USER 65532:65532
+EXPOSE 8080 9090
+# No curl in the image: node itself asks the admin port.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.ADMIN_PORT || 9090) + '/healthz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+ENTRYPOINT ["node", "dist/main.js"]
