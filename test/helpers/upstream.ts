@@ -15,6 +15,8 @@ export interface Received {
   /** the token server's verdict on the Authorization header */
   tokenValid: boolean
   tokenReason?: string
+  /** when the request arrived (ms since the epoch) */
+  at: number
   /** set when the request body ended early (the proxy aborted it) */
   abortedAt?: number
 }
@@ -55,6 +57,7 @@ export class FakeUpstream {
         bodySha256: '',
         body: '',
         tokenValid: verdict.ok,
+        at: Date.now(),
         ...(!verdict.ok && { tokenReason: verdict.reason })
       }
       this.received.push(record)
