@@ -22,7 +22,7 @@ if (!existsSync('src/main.ts')) {
 }
 
 await esbuild.build({
-  entryPoints: ['src/main.ts', 'src/demo.ts'],
+  entryPoints: { main: 'src/main.ts', demo: 'src/demo.ts', 'dev-token-server': 'src/dev/token-server-main.ts' },
   outdir: 'dist',
   bundle: true,
   packages: 'external',

@@ -1,0 +1,384 @@
+// `npm run bench`: what auth-sidecar costs, measured against the direct path
+// (the ceiling), bare @fastify/http-proxy (the library's floor) and nginx with
+// a static Authorization header (the peer), interleaved A B C D A B C D ...
+// so that the machine's noise falls on all of them alike.
+//
+// Settings (environment): BENCH_ROUNDS (5), BENCH_SECONDS per target and
+// round (5), BENCH_CONNECTIONS (32), BENCH_STREAM_MB (1024), BENCH_TOKEN_SECONDS
+// (access token lifetime during the run, 10), BENCH_GRANT_SECONDS (20, for
+// the grants-per-request runs), BENCH_STARTS (5 start-up measurements).
+//
+// CPU pinning: where `taskset` exists and there are two or more cores, every
+// proxy runs on core 1 alone, and the load generator and the upstream on
+// core 0, so that the proxy's own cost is what is measured.
+import { execFileSync, spawn } from 'node:child_process'
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs'
+import { Agent, request } from 'node:http'
+import { availableParallelism, tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import autocannon from 'autocannon'
+
+const root = fileURLToPath(new URL('..', import.meta.url))
+const env = (name, fallback) => Number(process.env[name] ?? fallback)
+const ROUNDS = env('BENCH_ROUNDS', 5)
+const SECONDS = env('BENCH_SECONDS', 5)
+const CONNECTIONS = env('BENCH_CONNECTIONS', 32)
+const STREAM_MB = env('BENCH_STREAM_MB', 1024)
+const TOKEN_SECONDS = env('BENCH_TOKEN_SECONDS', 10)
+const GRANT_SECONDS = env('BENCH_GRANT_SECONDS', 20)
+const STARTS = env('BENCH_STARTS', 5)
+const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim())
+
+const which = (cmd) => { try { return execFileSync('which', [cmd], { encoding: 'utf8' }).trim() } catch { return undefined } }
+const pinning = which('taskset') !== undefined && availableParallelism() >= 2
+if (pinning) execFileSync('taskset', ['-pc', '0', String(process.pid)], { stdio: 'ignore' })
+const onCore = (core, cmd, args) => pinning ? ['taskset', ['-c', String(core), cmd, ...args]] : [cmd, args]
+
+const children = []
+process.on('exit', () => { for (const c of children) c.kill('SIGKILL') })
+process.on('SIGINT', () => process.exit(130))
+
+/** Starts a process; resolves with it and the first JSON line it prints. */
+function launch (core, cmd, args, extraEnv = {}, ipc = false) {
+  const [c, a] = onCore(core, cmd, args)
+  const child = spawn(c, a, { cwd: root, env: { PATH: process.env.PATH, ...extraEnv }, stdio: ['ignore', 'pipe', 'inherit', ...(ipc ? ['ipc'] : [])] })
+  children.push(child)
+  return new Promise((resolve, reject) => {
+    let buf = ''
+    child.once('exit', (code) => reject(new Error(`${cmd} ${args.join(' ')} exited with ${code}`)))
+    child.stdout.on('data', function onData (chunk) {
+      buf += chunk
+      const line = buf.split('\n').find((l) => l.startsWith('{'))
+      if (line !== undefined) {
+        child.stdout.off('data', onData)
+        child.stdout.resume()
+        resolve({ child, info: JSON.parse(line) })
+      }
+    })
+  })
+}
+
+/** The pid that does the work (taskset execs, so it is the child's own). */
+const cpuTicks = (pid) => {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')
+  return Number(fields[11]) + Number(fields[12])
+}
+const rssMb = (pid) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) / 1024
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+
+async function get (url) {
+  const res = await fetch(url)
+  await res.arrayBuffer()
+  return res.status
+}
+
+async function untilOk (url, timeoutMs = 10_000) {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    try { if (await get(url) === 200) return } catch {}
+    if (Date.now() > deadline) throw new Error(`${url} never answered 200`)
+    await sleep(5)
+  }
+}
+
+async function freePort () {
+  const { createServer } = await import('node:net')
+  return await new Promise((resolve) => {
+    const s = createServer().listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)) })
+  })
+}
+
+function tokenServerGrants (tokenServer) {
+  return new Promise((resolve) => {
+    tokenServer.child.once('message', (m) => resolve(m.grants))
+    tokenServer.child.send('grants')
+  })
+}
+
+async function startSidecar (upstreamPort, tokenServer, core = 1) {
+  const [proxyPort, adminPort] = [await freePort(), await freePort()]
+  const [c, a] = onCore(core, process.execPath, ['dist/main.js'])
+  const child = spawn(c, a, {
+    cwd: root,
+    env: {
+      PATH: process.env.PATH,
+      BASE_URL: `http://127.0.0.1:${upstreamPort}`,
+      AUTH_URL: tokenServer.info.url,
+      AUTH_CLIENT_ID: 'legacy-app',
+      AUTH_USERNAME: 'service-user',
+      AUTH_PASSWORD: 'service-password',
+      PROXY_PORT: String(proxyPort),
+      ADMIN_PORT: String(adminPort),
+      ADMIN_HOST: '127.0.0.1'
+    },
+    stdio: ['ignore', 'ignore', 'inherit']
+  })
+  children.push(child)
+  return { child, port: proxyPort, adminPort }
+}
+
+function startNginx (upstreamPort, port) {
+  const dir = mkdtempSync(join(tmpdir(), 'bench-nginx-'))
+  const conf = `worker_processes 1;
+daemon off;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/body; proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi; uwsgi_temp_path ${dir}/uwsgi; scgi_temp_path ${dir}/scgi;
+  upstream api { server 127.0.0.1:${upstreamPort}; keepalive 64; }
+  server {
+    listen 127.0.0.1:${port};
+    client_max_body_size 0;
+    proxy_request_buffering off;
+    proxy_buffering off;
+    location / {
+      proxy_pass http://api;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Authorization "Bearer static-benchmark-token";
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+    }
+  }
+}
+`
+  writeFileSync(join(dir, 'nginx.conf'), conf)
+  const [c, a] = onCore(1, which('nginx'), ['-c', join(dir, 'nginx.conf'), '-e', join(dir, 'error.log')])
+  const child = spawn(c, a, { stdio: ['ignore', 'ignore', 'inherit'] })
+  children.push(child)
+  return { child, port, dir }
+}
+
+/** nginx's worker does the proxying; its master only supervises. */
+function nginxWorkerPid (masterPid) {
+  const out = execFileSync('pgrep', ['-P', String(masterPid)], { encoding: 'utf8' }).trim().split('\n')
+  return Number(out[0])
+}
+
+async function load (url, opts = {}) {
+  return await autocannon({ url, connections: CONNECTIONS, duration: SECONDS, ...opts })
+}
+
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length === 0 ? NaN : s[Math.floor((s.length - 1) / 2)] }
+
+function streamUpload (port, mb) {
+  return new Promise((resolve, reject) => {
+    const chunk = Buffer.alloc(1024 * 1024, 97)
+    const started = process.hrtime.bigint()
+    const req = request({ host: '127.0.0.1', port, path: '/upload', method: 'POST', agent: false, headers: { 'content-length': mb * chunk.length, 'content-type': 'application/octet-stream' } }, (res) => {
+      let body = ''
+      res.on('data', (c) => { body += c })
+      res.on('end', () => {
+        const seconds = Number(process.hrtime.bigint() - started) / 1e9
+        if (res.statusCode !== 200 || JSON.parse(body).received !== mb * chunk.length) return reject(new Error(`upload failed: ${res.statusCode} ${body}`))
+        resolve(mb / seconds)
+      })
+    })
+    req.on('error', reject)
+    let sent = 0
+    const pump = () => {
+      while (sent < mb) { sent++; if (!req.write(chunk)) return req.once('drain', pump) }
+      req.end()
+    }
+    pump()
+  })
+}
+
+function streamDownload (port, mb) {
+  return new Promise((resolve, reject) => {
+    const started = process.hrtime.bigint()
+    request({ host: '127.0.0.1', port, path: `/bytes/${mb * 1024 * 1024}`, agent: false }, (res) => {
+      let n = 0
+      res.on('data', (c) => { n += c.length })
+      res.on('end', () => {
+        if (n !== mb * 1024 * 1024) return reject(new Error(`download got ${n} bytes`))
+        resolve(mb / (Number(process.hrtime.bigint() - started) / 1e9))
+      })
+    }).on('error', reject).end()
+  })
+}
+
+async function peakDuring (pid, work) {
+  let peak = rssMb(pid)
+  const t = setInterval(() => { peak = Math.max(peak, rssMb(pid)) }, 25)
+  try { return { value: await work(), peak } } finally { clearInterval(t); peak = Math.max(peak, rssMb(pid)) }
+}
+
+async function main () {
+  if (!existsSync(join(root, 'dist/main.js'))) throw new Error('dist/main.js is missing: npm run build')
+  const nginxBin = which('nginx')
+  if (nginxBin === undefined) {
+    console.error('nginx is not installed: the peer comparison is skipped. Install it with `apt-get install nginx-light` (Debian) and run again.')
+  }
+  console.error(`bench: ${ROUNDS} rounds × ${SECONDS} s × ${CONNECTIONS} connections per target; CPU pinning ${pinning ? 'on (proxies on core 1, load and upstream on core 0)' : 'off (taskset or a second core missing)'}`)
+
+  const upstream = await launch(0, process.execPath, ['bench/upstream.mjs'])
+  const upstreamUrl = `http://127.0.0.1:${upstream.info.port}`
+  const tokenServer = await launch(0, process.execPath, ['dist/dev-token-server.js'], { TOKEN_SECONDS: String(TOKEN_SECONDS) }, true)
+  const bare = await launch(1, process.execPath, ['bench/bare-proxy.mjs'], { UPSTREAM: upstreamUrl })
+  const sidecar = await startSidecar(upstream.info.port, tokenServer)
+  await untilOk(`http://127.0.0.1:${sidecar.port}/`)
+  let nginx
+  if (nginxBin !== undefined) {
+    nginx = startNginx(upstream.info.port, await freePort())
+    await untilOk(`http://127.0.0.1:${nginx.port}/`)
+  }
+
+  const targets = [
+    { name: 'direct', url: upstreamUrl, pid: undefined },
+    { name: 'bare-proxy', url: `http://127.0.0.1:${bare.info.port}`, pid: bare.child.pid },
+    { name: 'auth-sidecar', url: `http://127.0.0.1:${sidecar.port}`, pid: sidecar.child.pid },
+    ...(nginx ? [{ name: 'nginx', url: `http://127.0.0.1:${nginx.port}`, pid: nginxWorkerPid(nginx.child.pid) }] : [])
+  ]
+
+  // idle memory, after one request each
+  await sleep(1000)
+  const idleRss = Object.fromEntries(targets.filter((t) => t.pid).map((t) => [t.name, rssMb(t.pid)]))
+
+  // warm-up, not recorded
+  for (const t of targets) await load(t.url, { duration: 2 })
+
+  const runs = Object.fromEntries(targets.map((t) => [t.name, []]))
+  const grantsBefore = await tokenServerGrants(tokenServer)
+  let sidecarRequests = 0
+  for (let round = 1; round <= ROUNDS; round++) {
+    for (const t of targets) {
+      const before = t.pid ? cpuTicks(t.pid) : 0
+      let peak = t.pid ? rssMb(t.pid) : 0
+      const sampler = t.pid ? setInterval(() => { peak = Math.max(peak, rssMb(t.pid)) }, 100) : undefined
+      const r = await load(t.url)
+      clearInterval(sampler)
+      const ticks = t.pid ? cpuTicks(t.pid) - before : NaN
+      const requests = r.requests.total
+      if (t.name === 'auth-sidecar') sidecarRequests += requests
+      runs[t.name].push({
+        rps: r.requests.average,
+        p50: r.latency.p50,
+        p99: r.latency.p99,
+        cpuUsPerRequest: t.pid ? (ticks / CLK_TCK) * 1e6 / requests : NaN,
+        non2xx: r.non2xx + r.errors,
+        loadRss: peak
+      })
+      console.error(`round ${round} ${t.name.padEnd(12)} ${Math.round(r.requests.average)} req/s  p50 ${r.latency.p50} ms  p99 ${r.latency.p99} ms${t.pid ? `  cpu ${runs[t.name].at(-1).cpuUsPerRequest.toFixed(1)} µs/req` : ''}${r.non2xx + r.errors ? `  NON-2XX ${r.non2xx + r.errors}` : ''}`)
+    }
+  }
+  const grantsDuringRuns = (await tokenServerGrants(tokenServer)) - grantsBefore
+
+  const summary = Object.fromEntries(targets.map((t) => {
+    const rs = runs[t.name]
+    return [t.name, {
+      rps: median(rs.map((r) => r.rps)),
+      p50: median(rs.map((r) => r.p50)),
+      p99: median(rs.map((r) => r.p99)),
+      cpuUsPerRequest: median(rs.map((r) => r.cpuUsPerRequest)),
+      non2xx: rs.reduce((a, r) => a + r.non2xx, 0),
+      idleRssMb: idleRss[t.name],
+      loadRssMb: t.pid ? Math.max(...rs.map((r) => r.loadRss)) : undefined
+    }]
+  }))
+
+  // streaming, one target at a time
+  const streaming = {}
+  for (const t of targets) {
+    const port = Number(new URL(t.url).port)
+    const up = t.pid ? await peakDuring(t.pid, () => streamUpload(port, STREAM_MB)) : { value: await streamUpload(port, STREAM_MB) }
+    const down = t.pid ? await peakDuring(t.pid, () => streamDownload(port, STREAM_MB)) : { value: await streamDownload(port, STREAM_MB) }
+    streaming[t.name] = { uploadMBps: up.value, downloadMBps: down.value, uploadPeakRssMb: up.peak, downloadPeakRssMb: down.peak }
+    console.error(`stream ${t.name.padEnd(12)} up ${up.value.toFixed(0)} MB/s  down ${down.value.toFixed(0)} MB/s${t.pid ? `  peak RSS ${Math.max(up.peak, down.peak).toFixed(0)} MB` : ''}`)
+  }
+
+  // token grants at two request rates
+  const grantRates = []
+  for (const rate of [500, undefined]) {
+    const g0 = await tokenServerGrants(tokenServer)
+    const r = await autocannon({ url: targets[2].url, connections: CONNECTIONS, duration: GRANT_SECONDS, ...(rate ? { overallRate: rate } : {}) })
+    const grants = (await tokenServerGrants(tokenServer)) - g0
+    grantRates.push({ rate: rate ? `${rate} req/s` : 'unbounded', rps: r.requests.average, requests: r.requests.total, grants, grantsPer100k: grants / r.requests.total * 100_000, grantsPerMinute: grants / GRANT_SECONDS * 60 })
+    console.error(`grants at ${rate ?? 'unbounded'} req/s: ${grants} in ${GRANT_SECONDS} s over ${r.requests.total} requests`)
+  }
+
+  // start-up to the first proxied 200, less the grant's own time
+  const startups = []
+  for (let i = 0; i < STARTS; i++) {
+    const grantStarted = process.hrtime.bigint()
+    await fetch(tokenServer.info.tokenUrl, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'grant_type=password&client_id=legacy-app&username=service-user&password=service-password' }).then((r) => r.arrayBuffer())
+    const grantMs = Number(process.hrtime.bigint() - grantStarted) / 1e6
+    const t0 = process.hrtime.bigint()
+    const s = await startSidecar(upstream.info.port, tokenServer)
+    await untilOk(`http://127.0.0.1:${s.port}/`)
+    const total = Number(process.hrtime.bigint() - t0) / 1e6
+    s.child.kill('SIGKILL')
+    startups.push({ totalMs: total, grantMs, excludingGrantMs: total - grantMs })
+  }
+  const startup = { medianMs: median(startups.map((s) => s.excludingGrantMs)), runs: startups }
+  console.error(`start-up to first proxied 200 (excluding the grant): ${startup.medianMs.toFixed(0)} ms median`)
+
+  const s = summary['auth-sidecar']
+  const ratios = {
+    throughputToDirect: s.rps / summary.direct.rps,
+    throughputToBareProxy: s.rps / summary['bare-proxy'].rps,
+    throughputToNginx: summary.nginx ? s.rps / summary.nginx.rps : null,
+    cpuToBareProxy: s.cpuUsPerRequest / summary['bare-proxy'].cpuUsPerRequest,
+    cpuToNginx: summary.nginx ? s.cpuUsPerRequest / summary.nginx.cpuUsPerRequest : null,
+    uploadToNginx: streaming.nginx ? streaming['auth-sidecar'].uploadMBps / streaming.nginx.uploadMBps : null,
+    downloadToNginx: streaming.nginx ? streaming['auth-sidecar'].downloadMBps / streaming.nginx.downloadMBps : null
+  }
+
+  const result = {
+    date: new Date().toISOString(),
+    node: process.version,
+    settings: { ROUNDS, SECONDS, CONNECTIONS, STREAM_MB, TOKEN_SECONDS, GRANT_SECONDS, pinning },
+    summary,
+    ratios,
+    streaming,
+    grants: { duringRuns: grantsDuringRuns, sidecarRequests, rates: grantRates },
+    startup,
+    runs
+  }
+  mkdirSync(join(root, 'bench/results'), { recursive: true })
+  writeFileSync(join(root, 'bench/results/latest.json'), JSON.stringify(result, null, 2) + '\n')
+  const md = table(result)
+  writeFileSync(join(root, 'bench/results/latest.md'), md)
+  process.stdout.write(md)
+
+  for (const c of children) c.kill('SIGTERM')
+  if (nginx) rmSync(nginx.dir, { recursive: true, force: true })
+}
+
+function table (r) {
+  const f = (x, d = 0) => (x === undefined || x === null || Number.isNaN(x)) ? 'n/a' : x.toFixed(d)
+  const lines = [
+    `# auth-sidecar benchmark (${r.date}, Node ${r.node})`,
+    '',
+    `${r.settings.ROUNDS} interleaved rounds × ${r.settings.SECONDS} s × ${r.settings.CONNECTIONS} connections; medians. CPU pinning: ${r.settings.pinning ? 'proxies on core 1, load and upstream on core 0' : 'off'}. Tokens live ${r.settings.TOKEN_SECONDS} s (${r.grants.duringRuns} grants during the rounds).`,
+    '',
+    '| target | req/s | p50 ms | p99 ms | proxy CPU µs/req | idle RSS MB | RSS under load MB | non-2xx |',
+    '|---|---|---|---|---|---|---|---|'
+  ]
+  for (const [name, s] of Object.entries(r.summary)) {
+    lines.push(`| ${name} | ${f(s.rps)} | ${f(s.p50, 1)} | ${f(s.p99, 1)} | ${f(s.cpuUsPerRequest, 1)} | ${f(s.idleRssMb)} | ${f(s.loadRssMb)} | ${s.non2xx} |`)
+  }
+  const q = r.ratios
+  lines.push('', '| ratio (auth-sidecar to ...) | value |', '|---|---|',
+    `| throughput / direct | ${f(q.throughputToDirect, 2)} |`,
+    `| throughput / bare proxy | ${f(q.throughputToBareProxy, 2)} |`,
+    `| throughput / nginx | ${f(q.throughputToNginx, 2)} |`,
+    `| CPU per request / bare proxy | ${f(q.cpuToBareProxy, 2)} |`,
+    `| CPU per request / nginx | ${f(q.cpuToNginx, 2)} |`,
+    `| upload MB/s / nginx | ${f(q.uploadToNginx, 2)} |`,
+    `| download MB/s / nginx | ${f(q.downloadToNginx, 2)} |`)
+  lines.push('', `| streaming ${r.settings.STREAM_MB} MB | upload MB/s | download MB/s | peak RSS MB |`, '|---|---|---|---|')
+  for (const [name, s] of Object.entries(r.streaming)) {
+    lines.push(`| ${name} | ${f(s.uploadMBps)} | ${f(s.downloadMBps)} | ${name === 'direct' ? 'n/a' : f(Math.max(s.uploadPeakRssMb, s.downloadPeakRssMb))} |`)
+  }
+  lines.push('', '| token grants | req/s | requests | grants | per 100k requests | per minute |', '|---|---|---|---|---|---|')
+  for (const g of r.grants.rates) lines.push(`| at ${g.rate} | ${f(g.rps)} | ${g.requests} | ${g.grants} | ${f(g.grantsPer100k, 1)} | ${f(g.grantsPerMinute, 1)} |`)
+  lines.push('', `Start-up to the first proxied 200, excluding the grant: ${f(r.startup.medianMs)} ms (median of ${r.startup.runs.length}).`, '')
+  return lines.join('\n')
+}
+
+main().catch((err) => { console.error(err); process.exit(1) })
