@@ -1,14 +1,13 @@
-import { randomUUID } from 'node:crypto'
-import type { IncomingMessage, Server } from 'node:http'
+import type { IncomingMessage, Server, ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
-import { Agent, EnvHttpProxyAgent, type Dispatcher } from 'undici'
+import { Agent, EnvHttpProxyAgent, Pool, type Dispatcher } from 'undici'
 import type pino from 'pino'
 import { createAdminServer } from './admin/server.js'
 import { createMetrics, type Metrics } from './admin/metrics.js'
 import { CredentialStore } from './config/credentials.js'
 import type { Config } from './config/load.js'
-import { proxyPlugin } from './proxy/plugin.js'
+import { requestIdOf, startedAt } from './proxy/forward.js'
+import { createProxyServer } from './proxy/server.js'
 import { BasicAuthorization } from './token/basic.js'
 import type { Clock } from './token/clock.js'
 import type { PostForm } from './token/grant.js'
@@ -23,24 +22,21 @@ export interface AppDeps {
 }
 
 export interface App {
-  proxy: FastifyInstance
+  proxy: Server
   admin: Server
   tokens: AuthorizationSource
   metrics: Metrics
   /** Starts the token lifecycle and both listeners; resolves with their addresses. */
   listen(): Promise<{ proxy: AddressInfo, admin: AddressInfo }>
-  /** Stops taking requests, lets in-flight ones finish (at most `graceMs`), releases everything. */
+  /** Stops taking requests, lets in-flight ones finish (at most `graceMs`), releases everything. Idempotent. */
   close(graceMs?: number): Promise<void>
 }
 
-/** Request ids from the client are kept when they look like ids. */
-const REQUEST_ID = /^[\w\-.:@/+=]{1,128}$/
-
 /** Builds the proxy and admin servers without listening (SPEC §3, §5). */
-export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
+export function buildApp (config: Config, deps: AppDeps): App {
   const { logger } = deps
   const credentials = new CredentialStore(config.credentials)
-  const upstreamDispatcher = createDispatcher(config, {
+  const upstreamDispatcher = createDispatcher(config, config.upstream.origin, {
     connections: config.upstream.connections,
     keepAliveTimeout: config.upstream.keepAliveMs,
     keepAliveMaxTimeout: config.upstream.keepAliveMs,
@@ -54,10 +50,10 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   if (config.auth.mode === 'oauth2') {
     let post = deps.post
     if (post === undefined) {
-      tokenDispatcher = createDispatcher(config, { connections: 2, keepAliveTimeout: 4_000 })
+      tokenDispatcher = createDispatcher(config, undefined, { connections: 2, keepAliveTimeout: 4_000 })
       post = createPostForm(tokenDispatcher)
     }
-    const manager: TokenManager = new TokenManager({
+    tokens = new TokenManager({
       tokenUrl: config.auth.tokenUrl,
       client: { clientId: config.auth.clientId, ...(config.auth.scope !== undefined && { scope: config.auth.scope }) },
       credentials,
@@ -67,32 +63,34 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       ...(deps.clock !== undefined && { clock: deps.clock }),
       onGrant: (grant, outcome) => metrics.grant(grant, outcome)
     })
-    tokens = manager
   } else {
     tokens = new BasicAuthorization(credentials)
   }
   metrics = createMetrics(() => tokens.expiresInSeconds(), () => tokens.ready())
 
-  const proxy = Fastify({
-    loggerInstance: logger.child({ component: 'proxy' }) as FastifyBaseLogger,
-    // One access-log line per request is written by the proxy plugin instead.
-    logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'requestId' }),
-    requestIdHeader: false,
-    genReqId: (req: IncomingMessage) => {
-      const id = req.headers['x-request-id']
-      return typeof id === 'string' && REQUEST_ID.test(id) ? id : randomUUID()
-    },
-    // Requests on kept-alive connections during shutdown are still served.
-    return503OnClosing: false,
-    forceCloseConnections: 'idle',
-    routerOptions: { maxParamLength: 65_535 }
-  })
-  await proxy.register(proxyPlugin, {
+  const proxyLog = logger.child({ component: 'proxy' })
+  // The access log has fixed, secret-free fields: a child without redaction
+  // keeps its cost off every request.
+  const accessLog = proxyLog.child({}, { redact: [] })
+  const { server: proxy, closeWebSockets } = createProxyServer({
     origin: config.upstream.origin,
     basePath: config.upstream.basePath,
     dispatcher: upstreamDispatcher,
     tokens,
-    onResponse: (status, seconds) => metrics.request(status, seconds)
+    log: proxyLog,
+    onResponse (req: IncomingMessage, res: ServerResponse, status: number) {
+      const ms = performance.now() - startedAt(req)
+      const url = req.url ?? ''
+      const q = url.indexOf('?')
+      accessLog.info({
+        requestId: requestIdOf(req),
+        method: req.method,
+        path: q === -1 ? url : url.slice(0, q),
+        status: res.writableFinished ? status : 499,
+        durationMs: Math.round(ms * 10) / 10
+      }, 'request')
+      metrics.request(status, ms / 1000)
+    }
   })
 
   let closing = false
@@ -105,35 +103,22 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     }
   })
 
-  return {
-    proxy,
-    admin,
-    tokens,
-    metrics,
-    async listen () {
-      tokens.start()
-      await new Promise<void>((resolve, reject) => {
-        admin.once('error', reject)
-        admin.listen(config.admin.port, config.admin.host, () => { admin.off('error', reject); resolve() })
-      })
-      await proxy.listen({ port: config.proxy.port, host: config.proxy.host })
-      return { proxy: proxy.server.address() as AddressInfo, admin: admin.address() as AddressInfo }
-    },
-    close (graceMs = config.shutdownGraceMs) {
-      closed ??= shutdown(graceMs)
-      return closed
-    }
-  }
-
   async function shutdown (graceMs: number): Promise<void> {
     closing = true
+    const drained = new Promise<void>((resolve) => proxy.close(() => resolve()))
+    closeWebSockets()
+    // Idle kept-alive connections close now; busy ones when their answer is
+    // done (Node marks them `Connection: close` once the server is closing).
+    proxy.closeIdleConnections()
+    const idle = setInterval(() => proxy.closeIdleConnections(), 100)
     const force = setTimeout(() => {
       logger.warn({ graceMs }, 'shutdown grace period over: closing the remaining connections')
-      proxy.server.closeAllConnections()
+      proxy.closeAllConnections()
     }, graceMs)
     try {
-      await proxy.close()
+      await drained
     } finally {
+      clearInterval(idle)
       clearTimeout(force)
       tokens.stop()
       credentials.close()
@@ -142,11 +127,41 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       await Promise.all([upstreamDispatcher.close(), tokenDispatcher?.close()])
     }
   }
+
+  return {
+    proxy,
+    admin,
+    tokens,
+    metrics,
+    async listen () {
+      tokens.start()
+      await listenOn(admin, config.admin.port, config.admin.host)
+      await listenOn(proxy, config.proxy.port, config.proxy.host)
+      return { proxy: proxy.address() as AddressInfo, admin: admin.address() as AddressInfo }
+    },
+    close (graceMs = config.shutdownGraceMs) {
+      closed ??= shutdown(graceMs)
+      return closed
+    }
+  }
 }
 
-/** An undici dispatcher that verifies TLS and honours the egress proxy settings. */
-function createDispatcher (config: Config, options: Agent.Options): Dispatcher {
+function listenOn (server: Server, port: number, host: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(port, host, () => { server.off('error', reject); resolve() })
+  })
+}
+
+/**
+ * An undici dispatcher that verifies TLS and honours the egress proxy
+ * settings; for a single origin without a proxy, a Pool (no per-request
+ * origin lookup).
+ */
+function createDispatcher (config: Config, origin: string | undefined, options: Agent.Options): Dispatcher {
   const { httpProxy, httpsProxy, noProxy } = config.egress
-  if (httpProxy === undefined && httpsProxy === undefined) return new Agent(options)
+  if (httpProxy === undefined && httpsProxy === undefined) {
+    return origin === undefined ? new Agent(options) : new Pool(origin, options)
+  }
   return new EnvHttpProxyAgent({ ...options, httpProxy: httpProxy ?? '', httpsProxy: httpsProxy ?? '', noProxy: noProxy ?? '' })
 }

@@ -13,7 +13,7 @@ try {
 }
 
 const logger = createLogger(config.logLevel)
-const app = await buildApp(config, { logger })
+const app = buildApp(config, { logger })
 
 closeWithGrace({
   // app.close() cuts the remaining connections after the grace period;

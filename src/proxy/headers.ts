@@ -1,67 +1,133 @@
-import type { IncomingHttpHeaders } from 'node:http'
+/**
+ * Header rules of the proxy (SPEC §3.2, §3.6), on Node's flat `rawHeaders`
+ * arrays: one pass per message, no intermediate objects.
+ */
 
 /**
- * Hop-by-hop headers (RFC 9110 §7.6.1) and the client's own credentials.
- * reply-from already drops `Connection` and every header it names before we
- * run, so a `Connection: authorization` cannot remove the header set here.
+ * Request headers never forwarded as the client sent them: hop-by-hop
+ * headers (RFC 9110 §7.6.1), the client's own credentials, and those the
+ * sidecar sets itself.
  */
-const DROPPED = ['authorization', 'proxy-authorization', 'proxy-connection', 'keep-alive', 'te', 'trailer', 'upgrade', 'transfer-encoding']
-
-export interface ForwardingInfo {
-  authorization: string
-  requestId: string
-  clientIp: string | undefined
-  host: string | undefined
-}
-
-/** Turns the client's headers (a copy, already without `Connection`) into the upstream's. */
-export function forwardHeaders (headers: IncomingHttpHeaders, info: ForwardingInfo): IncomingHttpHeaders {
-  for (const name of DROPPED) {
-    if (headers[name] !== undefined) delete headers[name]
-  }
-  headers.authorization = info.authorization
-  const xff = headers['x-forwarded-for']
-  if (info.clientIp !== undefined) {
-    headers['x-forwarded-for'] = xff === undefined ? info.clientIp : `${String(xff)}, ${info.clientIp}`
-  }
-  headers['x-forwarded-proto'] = 'http'
-  if (info.host !== undefined) headers['x-forwarded-host'] = info.host
-  else delete headers['x-forwarded-host']
-  headers['x-request-id'] = info.requestId
-  return headers
-}
-
-/** Whether a request has no body, so that it can be sent again after a 401. */
-export function hasNoBody (headers: IncomingHttpHeaders): boolean {
-  const length = headers['content-length']
-  return headers['transfer-encoding'] === undefined && (length === undefined || length === '0')
-}
+const DROP_REQUEST = new Set([
+  'connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect',
+  'host', 'authorization', 'proxy-authorization',
+  'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'x-request-id'
+])
 
 /** Hop-by-hop headers of the upstream's answer, which concern only that connection. */
-const RESPONSE_HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'trailer']
+const DROP_RESPONSE = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'trailer', 'te'])
 
-/** Removes the upstream response's hop-by-hop headers, and those its `Connection` names. */
-export function responseHeaders (headers: IncomingHttpHeaders): IncomingHttpHeaders {
-  const connection = headers.connection
-  if (connection !== undefined) {
-    for (const name of String(connection).split(',')) delete headers[name.trim().toLowerCase()]
+/** What the sidecar adds to every forwarded request. */
+export interface ForwardingInfo {
+  authorization: string
+  /** the upstream's `host[:port]` */
+  host: string
+  requestId: string
+  clientIp: string | undefined
+}
+
+/** What one pass over the client's headers found. */
+export interface ClientHeaders {
+  /** flat [name, value, ...] list for undici */
+  forward: string[]
+  requestId: string | undefined
+  host: string | undefined
+  forwardedFor: string | undefined
+  hasBody: boolean
+}
+
+/** Request ids from the client are kept when they look like ids. */
+const REQUEST_ID = /^[\w\-.:@/+=]{1,128}$/
+
+/**
+ * Splits the client's headers into those forwarded and those the sidecar
+ * replaces. Headers the client's `Connection` names are dropped too, so that
+ * `Connection: authorization` cannot remove anything the sidecar sets.
+ */
+export function readClientHeaders (raw: string[]): ClientHeaders {
+  let connectionNamed: Set<string> | undefined
+  for (let i = 0; i < raw.length; i += 2) {
+    if (raw[i]!.length === 10 && raw[i]!.toLowerCase() === 'connection') {
+      for (const token of raw[i + 1]!.split(',')) {
+        const name = token.trim().toLowerCase()
+        if (name !== '' && name !== 'close' && name !== 'keep-alive') (connectionNamed ??= new Set()).add(name)
+      }
+    }
   }
-  for (const name of RESPONSE_HOP_BY_HOP) {
-    if (headers[name] !== undefined) delete headers[name]
+  const forward: string[] = []
+  let requestId: string | undefined
+  let host: string | undefined
+  let forwardedFor: string | undefined
+  let hasBody = false
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!.toLowerCase()
+    const value = raw[i + 1]!
+    if (DROP_REQUEST.has(name)) {
+      switch (name) {
+        case 'x-request-id': if (REQUEST_ID.test(value)) requestId = value; break
+        case 'host': host = value; break
+        case 'x-forwarded-for': forwardedFor = forwardedFor === undefined ? value : `${forwardedFor}, ${value}`; break
+        case 'transfer-encoding': hasBody = true; break
+      }
+      continue
+    }
+    if (connectionNamed?.has(name) === true) continue
+    if (name === 'content-length' && value !== '0') hasBody = true
+    forward.push(name, value)
   }
+  return { forward, requestId, host, forwardedFor, hasBody }
+}
+
+/** Appends the sidecar's own headers to a forward list. */
+export function addForwardingHeaders (forward: string[], client: ClientHeaders, info: ForwardingInfo): string[] {
+  const headers = forward.slice()
+  headers.push('host', info.host, 'authorization', info.authorization, 'x-forwarded-proto', 'http', 'x-request-id', info.requestId)
+  if (info.clientIp !== undefined) {
+    headers.push('x-forwarded-for', client.forwardedFor === undefined ? info.clientIp : `${client.forwardedFor}, ${info.clientIp}`)
+  }
+  if (client.host !== undefined) headers.push('x-forwarded-host', client.host)
   return headers
+}
+
+/**
+ * The upstream's response headers (undici's Buffer pairs) as a flat string
+ * list for `writeHead`, without hop-by-hop headers or those its `Connection`
+ * names.
+ */
+export function responseHeaders (raw: Buffer[], requestId: string): string[] {
+  const out: string[] = []
+  let connectionNamed: Set<string> | undefined
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!.toString('latin1').toLowerCase()
+    if (DROP_RESPONSE.has(name)) {
+      if (name === 'connection') {
+        for (const token of raw[i + 1]!.toString('latin1').split(',')) (connectionNamed ??= new Set()).add(token.trim().toLowerCase())
+      }
+      continue
+    }
+    if (name === 'x-request-id') continue
+    out.push(name, raw[i + 1]!.toString('latin1'))
+  }
+  if (connectionNamed !== undefined) {
+    for (let i = out.length - 2; i >= 0; i -= 2) {
+      if (connectionNamed.has(out[i]!)) out.splice(i, 2)
+    }
+  }
+  out.push('x-request-id', requestId)
+  return out
 }
 
 /** The handshake's own headers, which the WebSocket client to the upstream writes itself. */
-const WEBSOCKET_HANDSHAKE = ['host', 'connection', 'upgrade', 'sec-websocket-key', 'sec-websocket-version', 'sec-websocket-protocol', 'sec-websocket-extensions', 'content-length']
+const WEBSOCKET_HANDSHAKE = new Set(['sec-websocket-key', 'sec-websocket-version', 'sec-websocket-protocol', 'sec-websocket-extensions', 'content-length'])
 
-/** Headers for the upstream WebSocket handshake: the client's, less the handshake's, plus ours. */
-export function websocketHeaders (clientHeaders: IncomingHttpHeaders, info: ForwardingInfo): IncomingHttpHeaders {
-  const headers: IncomingHttpHeaders = { ...clientHeaders }
-  const connection = headers.connection
-  if (connection !== undefined) {
-    for (const name of String(connection).split(',')) delete headers[name.trim().toLowerCase()]
+/** Headers for the upstream WebSocket handshake, as an object for `ws`. */
+export function websocketHeaders (client: ClientHeaders, info: ForwardingInfo): Record<string, string> {
+  const headers: Record<string, string> = {}
+  const list = addForwardingHeaders(client.forward, client, info)
+  for (let i = 0; i < list.length; i += 2) {
+    const name = list[i]!
+    if (WEBSOCKET_HANDSHAKE.has(name) || name === 'host') continue
+    headers[name] = headers[name] === undefined ? list[i + 1]! : `${headers[name]}, ${list[i + 1]!}`
   }
-  for (const name of WEBSOCKET_HANDSHAKE) delete headers[name]
-  return forwardHeaders(headers, info)
+  return headers
 }

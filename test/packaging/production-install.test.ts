@@ -17,7 +17,7 @@ t.test('clean copy → npm ci → build → npm ci --omit=dev → node dist/main
   const dir = t.testdir({})
   const copy = join(dir, 'auth-sidecar')
   const tracked = existsSync(join(root, '.git'))
-    ? execFileSync('git', ['ls-files', '-z'], { cwd: root, encoding: 'utf8' }).split('\0').filter(Boolean)
+    ? execFileSync('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], { cwd: root, encoding: 'utf8' }).split('\0').filter(Boolean)
     : readdirSync(root).filter((f) => !['node_modules', 'dist', '.git'].includes(f))
   for (const file of tracked) {
     if (existsSync(join(root, file))) cpSync(join(root, file), join(copy, file), { recursive: true })

@@ -21,7 +21,7 @@ t.test('every method, path and query is forwarded under the BASE_URL prefix', as
 t.test('legitimate paths pass unchanged: encoded characters, [...slug], trailing slashes, dots inside names', async (t) => {
   const h = await build(t)
   await until(() => h.app.tokens.ready())
-  for (const path of ['/files/%20a%20b', '/files/[...slug]', '/dir/', '/a/b.c/d..e/x...y', '/x%2Fy', '/caf%C3%A9']) {
+  for (const path of ['/files/%20a%20b', '/files/[...slug]', '/dir/', '/a/b.c/d..e/...', '/x%2Fy', '/caf%C3%A9']) {
     const res = await send(h.proxyUrl + path)
     t.equal(res.status, 200, path)
     t.equal(h.upstream.received.at(-1)!.url, `/api${path}`, path)

@@ -28,16 +28,26 @@ async function wsUpstream (t: Test): Promise<{ url: string, handshakes: Handshak
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, handshakes }
 }
 
+/** Messages received so far, per socket: a message may arrive in the same tick as 'open'. */
+const inbox = new WeakMap<WebSocket, string[]>()
+
 function open (url: string, protocols: string[] = [], headers: Record<string, string> = {}): Promise<WebSocket> {
   return new Promise((resolve, reject) => {
     const ws = new WebSocket(url, protocols, { headers })
+    const messages: string[] = []
+    inbox.set(ws, messages)
+    ws.on('message', (d) => messages.push(String(d)))
     ws.once('open', () => resolve(ws))
     ws.once('error', reject)
     ws.once('unexpected-response', (_req, res) => reject(new Error(`status ${res.statusCode}`)))
   })
 }
 
-const next = (ws: WebSocket): Promise<string> => new Promise((resolve) => ws.once('message', (d) => resolve(String(d))))
+const next = async (ws: WebSocket): Promise<string> => {
+  const messages = inbox.get(ws)!
+  while (messages.length === 0) await new Promise((resolve) => setTimeout(resolve, 5))
+  return messages.shift()!
+}
 const closed = (ws: WebSocket): Promise<number> => new Promise((resolve) => ws.once('close', (code) => resolve(code)))
 
 t.test('the upgrade carries the sidecar\'s Authorization; subprotocols and messages pass', async (t) => {

@@ -1,0 +1,220 @@
+import { randomUUID } from 'node:crypto'
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Dispatcher } from 'undici'
+import { errorBody, TokenUnavailableError, ERRORS, type ErrorCode } from '../errors.js'
+import type { Logger } from '../logger.js'
+import type { AuthorizationSource } from '../token/manager.js'
+import { isConfined } from './confine.js'
+import { addForwardingHeaders, readClientHeaders, responseHeaders, type ClientHeaders } from './headers.js'
+
+export interface ForwardOptions {
+  /** `scheme://host[:port]` of BASE_URL */
+  origin: string
+  /** BASE_URL's path without the trailing slash, '' for none */
+  basePath: string
+  dispatcher: Dispatcher
+  tokens: AuthorizationSource
+  log: Logger
+  /** the access log: one call per answered request */
+  onResponse: (req: IncomingMessage, res: ServerResponse, status: number) => void
+}
+
+/** TRACE would echo the injected Authorization header back to the client. */
+const REFUSED_METHODS = new Set(['TRACE', 'CONNECT'])
+/** Idempotent methods without a body may be sent again when a pooled socket turned out dead. */
+const RETRYABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
+/** The errors of a kept-alive socket that the upstream closed under the request. */
+const STALE_SOCKET_ERRORS = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE'])
+
+const kStarted = Symbol('started')
+const kRequestId = Symbol('requestId')
+const kExchange = Symbol('exchange')
+
+/** When the request arrived (performance.now()), for the access log. */
+export function startedAt (req: IncomingMessage): number {
+  return (req as unknown as { [kStarted]: number })[kStarted]
+}
+
+/** The request's id: the client's X-Request-Id, or a new one. */
+export function requestIdOf (req: IncomingMessage): string {
+  return (req as unknown as { [kRequestId]: string })[kRequestId]
+}
+
+/**
+ * Creates the request handler of the proxy (SPEC §3): confines the target,
+ * obtains the Authorization header, forwards through undici, streams the
+ * answer back, and maps failures to the sidecar's JSON errors.
+ */
+export function createForwarder (opts: ForwardOptions): (req: IncomingMessage, res: ServerResponse) => void {
+  const host = new URL(opts.origin).host
+  const origin = opts.origin
+
+  // One shared listener, not a closure per request: it aborts the upstream
+  // request of a client that left, and writes the access log.
+  function finished (this: ServerResponse): void {
+    (this as unknown as { [kExchange]?: Exchange })[kExchange]?.clientClosed()
+    opts.onResponse(this.req, this, this.statusCode)
+  }
+
+  return function forward (req, res) {
+    const r = req as unknown as { [kStarted]: number, [kRequestId]: string }
+    r[kStarted] = performance.now()
+    const client = readClientHeaders(req.rawHeaders)
+    const requestId = client.requestId ?? randomUUID()
+    r[kRequestId] = requestId
+    res.once('close', finished)
+
+    const url = req.url ?? ''
+    if (!isConfined(url)) return sendError(res, requestId, 'bad_request')
+    if (REFUSED_METHODS.has(req.method ?? '')) return sendError(res, requestId, 'bad_request', 405)
+
+    const exchange = new Exchange(req, res, client, requestId, opts.basePath + url, opts, host, origin);
+    (res as unknown as { [kExchange]: Exchange })[kExchange] = exchange
+    const header = opts.tokens.current()
+    if (header !== undefined) {
+      exchange.send(header)
+    } else {
+      opts.tokens.authorization().then((h) => exchange.send(h), (err: unknown) => exchange.unavailable(err))
+    }
+  }
+}
+
+/**
+ * One client request and its trip upstream: an undici dispatch handler
+ * (the callback interface undici runs natively, so nothing is wrapped),
+ * writing the answer straight into the client's response.
+ */
+class Exchange implements Dispatcher.DispatchHandler {
+  readonly #req: IncomingMessage
+  readonly #res: ServerResponse
+  readonly #client: ClientHeaders
+  readonly #requestId: string
+  readonly #path: string
+  readonly #o: ForwardOptions
+  readonly #host: string
+  readonly #origin: string
+  #authorization = ''
+  #abort: ((err?: Error) => void) | undefined
+  #attempt = 0
+  /** the answer is a 401 that will be replayed: its body is dropped */
+  #replaying = false
+  #replayed = false
+  #ended = false
+
+  constructor (req: IncomingMessage, res: ServerResponse, client: ClientHeaders, requestId: string, path: string, o: ForwardOptions, host: string, origin: string) {
+    this.#req = req
+    this.#res = res
+    this.#client = client
+    this.#requestId = requestId
+    this.#path = path
+    this.#o = o
+    this.#host = host
+    this.#origin = origin
+  }
+
+  send (authorization: string): void {
+    if (this.#res.destroyed) return
+    this.#authorization = authorization
+    this.#replaying = false
+    const client = this.#client
+    const body = client.hasBody ? this.#req : null
+    this.#attempt += 1
+    this.#o.dispatcher.dispatch({
+      origin: this.#origin,
+      path: this.#path,
+      method: this.#req.method as Dispatcher.HttpMethod,
+      headers: addForwardingHeaders(client.forward, client, {
+        authorization,
+        host: this.#host,
+        requestId: this.#requestId,
+        clientIp: this.#req.socket.remoteAddress
+      }),
+      body
+    }, this)
+  }
+
+  /** The client's connection closed: if the answer was not complete, the upstream request is aborted. */
+  clientClosed (): void {
+    if (!this.#ended) this.#abort?.(new Error('client closed the connection'))
+  }
+
+  unavailable (err: unknown): void {
+    const seconds = err instanceof TokenUnavailableError ? err.retryAfterSeconds : 1
+    sendError(this.#res, this.#requestId, 'token_unavailable', undefined, String(seconds))
+  }
+
+  onConnect (abort: (err?: Error) => void): void {
+    this.#abort = abort
+  }
+
+  onHeaders (statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
+    if (statusCode < 200) return true // 1xx informational: not relayed
+    if (statusCode === 401) {
+      this.#o.tokens.rejected(this.#authorization)
+      if (!this.#replayed && !this.#client.hasBody) {
+        this.#replaying = true
+        this.#replayed = true
+        return true
+      }
+    }
+    const res = this.#res
+    if (statusCode > 599) {
+      this.#o.log.warn({ requestId: this.#requestId, upstreamStatus: statusCode }, 'upstream answered an invalid status code')
+      this.#abort?.(new Error('invalid status code'))
+      sendError(res, this.#requestId, 'upstream_unreachable')
+      return false
+    }
+    try {
+      res.writeHead(statusCode, responseHeaders(rawHeaders, this.#requestId))
+    } catch {
+      this.#o.log.warn({ requestId: this.#requestId }, 'upstream answered headers that cannot be relayed')
+      this.#abort?.(new Error('invalid response headers'))
+      sendError(res, this.#requestId, 'upstream_unreachable')
+      return false
+    }
+    res.on('drain', resume)
+    return true
+  }
+
+  onData (chunk: Buffer): boolean {
+    if (this.#replaying) return true
+    return this.#res.write(chunk)
+  }
+
+  onComplete (): void {
+    if (this.#replaying) {
+      // the rejected token's answer is dropped; the same request goes again with a new token
+      this.#o.tokens.authorization().then((h) => this.send(h), (err: unknown) => this.unavailable(err))
+      return
+    }
+    this.#ended = true
+    this.#res.end()
+  }
+
+  onError (err: Error & { code?: string }): void {
+    const res = this.#res
+    if (res.destroyed || this.#ended) return
+    if (res.headersSent) {
+      // mid-body: the client must not take a cut answer for a whole one
+      this.#o.log.warn({ requestId: this.#requestId, upstreamError: err.code ?? err.name }, 'upstream failed during the response')
+      res.destroy(err)
+      return
+    }
+    if (this.#attempt === 1 && STALE_SOCKET_ERRORS.has(err.code ?? '') && !this.#client.hasBody && RETRYABLE_METHODS.has(this.#req.method ?? '')) {
+      this.send(this.#authorization)
+      return
+    }
+    const code: ErrorCode = err.code === 'UND_ERR_HEADERS_TIMEOUT' ? 'upstream_timeout' : 'upstream_unreachable'
+    this.#o.log.warn({ requestId: this.#requestId, upstreamError: err.code ?? err.name }, 'upstream request failed')
+    sendError(res, this.#requestId, code)
+  }
+}
+
+function sendError (res: ServerResponse, requestId: string, code: ErrorCode, status: number = ERRORS[code].status, retryAfter?: string): void {
+  if (res.headersSent || res.destroyed) return
+  const body = errorBody(code)
+  const headers = ['content-type', 'application/json; charset=utf-8', 'content-length', String(Buffer.byteLength(body)), 'x-request-id', requestId]
+  if (retryAfter !== undefined) headers.push('retry-after', retryAfter)
+  res.writeHead(status, headers)
+  res.end(body)
+}

@@ -1,0 +1,135 @@
+import { randomUUID } from 'node:crypto'
+import type { IncomingMessage } from 'node:http'
+import type { Duplex } from 'node:stream'
+import WebSocket, { WebSocketServer, type RawData } from 'ws'
+import { errorBody, ERRORS, TokenUnavailableError, type ErrorCode } from '../errors.js'
+import type { Logger } from '../logger.js'
+import type { AuthorizationSource } from '../token/manager.js'
+import { isConfined } from './confine.js'
+import { readClientHeaders, websocketHeaders } from './headers.js'
+
+export interface WebSocketProxyOptions {
+  origin: string
+  basePath: string
+  tokens: AuthorizationSource
+  log: Logger
+}
+
+/** Close codes that may not be sent in a close frame (RFC 6455 §7.4.1), and what is sent instead. */
+function sendableCode (code: number): number {
+  if (code === 1005) return 1000 // no status given: a normal close
+  if (code === 1006 || code === 1015 || code < 1000 || code >= 5000 || code === 1004) return 1014 // bad gateway
+  return code
+}
+
+/**
+ * WebSocket upgrades (SPEC §3.4): the upstream handshake carries the
+ * sidecar's Authorization and the client's subprotocols; the client's
+ * handshake completes only after the upstream's, with the subprotocol the
+ * upstream chose. Messages, pings and close codes are relayed; an abnormal
+ * upstream close reaches the client as a close frame (1014, bad gateway).
+ */
+export class WebSocketProxy {
+  readonly #o: WebSocketProxyOptions
+  readonly #wss: WebSocketServer
+  readonly #target: string
+  readonly #open = new Set<WebSocket>()
+
+  constructor (o: WebSocketProxyOptions) {
+    this.#o = o
+    this.#target = o.origin.replace(/^http/, 'ws') + o.basePath
+    this.#wss = new WebSocketServer({ noServer: true, perMessageDeflate: false })
+  }
+
+  /** The server's 'upgrade' listener. */
+  readonly upgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
+    socket.on('error', () => socket.destroy())
+    const client = readClientHeaders(req.rawHeaders)
+    const requestId = client.requestId ?? randomUUID()
+    const url = req.url ?? ''
+    if (!isConfined(url) || (req.headers.upgrade ?? '').toLowerCase() !== 'websocket') return refuse(socket, 'bad_request', requestId)
+    const header = this.#o.tokens.current()
+    const connect = (authorization: string): void => this.#connect(req, socket, head, url, authorization, requestId, client)
+    if (header !== undefined) return connect(header)
+    this.#o.tokens.authorization().then(connect, (err: unknown) => {
+      refuse(socket, 'token_unavailable', requestId, err instanceof TokenUnavailableError ? err.retryAfterSeconds : 1)
+    })
+  }
+
+  /** Closes every open WebSocket with 1001 (going away). */
+  close (): void {
+    for (const ws of this.#open) ws.close(1001, 'proxy shutting down')
+  }
+
+  #connect (req: IncomingMessage, socket: Duplex, head: Buffer, url: string, authorization: string, requestId: string, client: ReturnType<typeof readClientHeaders>): void {
+    const protocols = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim()).filter(Boolean)
+    const upstream = new WebSocket(this.#target + url, protocols, {
+      headers: websocketHeaders(client, { authorization, host: '', requestId, clientIp: req.socket.remoteAddress }),
+      perMessageDeflate: false,
+      followRedirects: false
+    })
+    const log = this.#o.log
+    upstream.once('unexpected-response', (_request, response) => {
+      // The upstream refused the upgrade: the client gets its status.
+      if (response.statusCode === 401) this.#o.tokens.rejected(authorization)
+      const status = response.statusCode ?? 502
+      socket.end(`HTTP/1.1 ${status} ${response.statusMessage ?? ''}\r\nconnection: close\r\ncontent-length: 0\r\nx-request-id: ${requestId}\r\n\r\n`)
+      response.destroy()
+      upstream.terminate()
+    })
+    upstream.once('error', (err) => {
+      if (upstream.readyState === WebSocket.CLOSED && !socket.destroyed && !socket.writableEnded) {
+        log.warn({ requestId, upstreamError: (err as { code?: string }).code ?? err.name }, 'websocket upstream failed')
+        refuse(socket, 'upstream_unreachable', requestId)
+      }
+    })
+    socket.once('close', () => { if (upstream.readyState === WebSocket.CONNECTING) upstream.terminate() })
+    upstream.once('open', () => {
+      if (socket.destroyed) return upstream.terminate()
+      // Messages may arrive before the client's handshake is done: keep them.
+      const early: Array<[RawData, boolean]> = []
+      const keep = (data: RawData, isBinary: boolean): void => { early.push([data, isBinary]) }
+      upstream.on('message', keep)
+      // handleUpgrade asks handleProtocols synchronously, so setting it just
+      // before is safe: the client gets the subprotocol the upstream chose.
+      this.#wss.options.handleProtocols = () => upstream.protocol === '' ? false : upstream.protocol
+      this.#wss.handleUpgrade(req, socket, head, (downstream) => {
+        upstream.off('message', keep)
+        for (const [data, isBinary] of early) downstream.send(data, { binary: isBinary })
+        this.#relay(downstream, upstream)
+        if (upstream.readyState !== WebSocket.OPEN) downstream.close(1014, 'upstream closed abnormally')
+      })
+    })
+  }
+
+  #relay (downstream: WebSocket, upstream: WebSocket): void {
+    this.#open.add(downstream)
+    const forward = (to: WebSocket) => (data: RawData, isBinary: boolean): void => {
+      if (to.readyState === WebSocket.OPEN) to.send(data, { binary: isBinary })
+    }
+    downstream.on('message', forward(upstream))
+    upstream.on('message', forward(downstream))
+    downstream.on('ping', (d) => { if (upstream.readyState === WebSocket.OPEN) upstream.ping(d) })
+    upstream.on('ping', (d) => { if (downstream.readyState === WebSocket.OPEN) downstream.ping(d) })
+    downstream.on('pong', (d) => { if (upstream.readyState === WebSocket.OPEN) upstream.pong(d) })
+    upstream.on('pong', (d) => { if (downstream.readyState === WebSocket.OPEN) downstream.pong(d) })
+    const closeOther = (other: WebSocket) => (code: number, reason: Buffer): void => {
+      if (other.readyState === WebSocket.OPEN || other.readyState === WebSocket.CONNECTING) {
+        other.close(sendableCode(code), code === 1006 ? 'upstream closed abnormally' : reason)
+      }
+    }
+    downstream.on('close', (code, reason) => { this.#open.delete(downstream); closeOther(upstream)(code, reason) })
+    upstream.on('close', closeOther(downstream))
+    downstream.on('error', () => downstream.terminate())
+    upstream.on('error', () => upstream.terminate())
+  }
+}
+
+function refuse (socket: Duplex, code: ErrorCode, requestId: string, retryAfter?: number): void {
+  if (socket.destroyed) return
+  const body = errorBody(code)
+  const { status } = ERRORS[code]
+  socket.end(`HTTP/1.1 ${status} ${status === 400 ? 'Bad Request' : status === 503 ? 'Service Unavailable' : 'Bad Gateway'}\r\n` +
+    `content-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n` +
+    `x-request-id: ${requestId}\r\n${retryAfter === undefined ? '' : `retry-after: ${retryAfter}\r\n`}\r\n${body}`)
+}
