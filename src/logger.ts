@@ -41,11 +41,20 @@ export const REDACT_PATHS = [
   'config.credentials'
 ]
 
+/**
+ * Log lines are gathered up to 4 KiB and written at least every 100 ms, not
+ * one write(2) each: at thousands of requests per second the per-line
+ * syscall was a tenth of the proxy's CPU. pino flushes what is left on exit.
+ */
+const LOG_BUFFER_BYTES = 4096
+const LOG_FLUSH_MS = 100
+
 export function createLogger (level: LogLevel, destination?: pino.DestinationStream): pino.Logger {
   return pino({
     level,
     base: { name: 'auth-sidecar' },
-    timestamp: pino.stdTimeFunctions.isoTime,
+    // pino's default: "time" in epoch milliseconds (an ISO string per line
+    // cost 3% of the proxy's CPU in the profile)
     redact: { paths: REDACT_PATHS, censor: '[redacted]' }
-  }, destination ?? pino.destination({ sync: false }))
+  }, destination ?? pino.destination({ sync: false, minLength: LOG_BUFFER_BYTES, periodicFlush: LOG_FLUSH_MS }))
 }

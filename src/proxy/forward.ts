@@ -5,7 +5,7 @@ import { errorBody, TokenUnavailableError, ERRORS, type ErrorCode } from '../err
 import type { Logger } from '../logger.js'
 import type { AuthorizationSource } from '../token/manager.js'
 import { isConfined } from './confine.js'
-import { addForwardingHeaders, readClientHeaders, responseHeaders, type ClientHeaders } from './headers.js'
+import { pushForwardingHeaders, readClientHeaders, responseHeaders, type ClientHeaders } from './headers.js'
 
 export interface ForwardOptions {
   /** `scheme://host[:port]` of BASE_URL */
@@ -25,6 +25,9 @@ const REFUSED_METHODS = new Set(['TRACE', 'CONNECT'])
 const RETRYABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
 /** The errors of a kept-alive socket that the upstream closed under the request. */
 const STALE_SOCKET_ERRORS = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE'])
+
+/** Marks a held first chunk as already written. */
+const EMPTY = Buffer.alloc(0)
 
 const kStarted = Symbol('started')
 const kRequestId = Symbol('requestId')
@@ -95,11 +98,19 @@ class Exchange implements Dispatcher.DispatchHandler {
   readonly #origin: string
   #authorization = ''
   #abort: ((err?: Error) => void) | undefined
+  #resume: (() => void) | undefined
+  /** length of the client's forwarded headers, before the sidecar's own */
+  readonly #clientHeaderCount: number
   #attempt = 0
   /** the answer is a 401 that will be replayed: its body is dropped */
   #replaying = false
   #replayed = false
   #ended = false
+  /**
+   * The first body chunk, held back: when it is also the last, head and body
+   * leave in one write with end() instead of a write and an end.
+   */
+  #held: Buffer | undefined
 
   constructor (req: IncomingMessage, res: ServerResponse, client: ClientHeaders, requestId: string, path: string, o: ForwardOptions, host: string, origin: string) {
     this.#req = req
@@ -110,6 +121,7 @@ class Exchange implements Dispatcher.DispatchHandler {
     this.#o = o
     this.#host = host
     this.#origin = origin
+    this.#clientHeaderCount = client.forward.length
   }
 
   send (authorization: string): void {
@@ -118,12 +130,15 @@ class Exchange implements Dispatcher.DispatchHandler {
     this.#replaying = false
     const client = this.#client
     const body = client.hasBody ? this.#req : null
+    // The client's header list is reused: a replay replaces only the sidecar's part.
+    const headers = client.forward
+    headers.length = this.#clientHeaderCount
     this.#attempt += 1
     this.#o.dispatcher.dispatch({
       origin: this.#origin,
       path: this.#path,
       method: this.#req.method as Dispatcher.HttpMethod,
-      headers: addForwardingHeaders(client.forward, client, {
+      headers: pushForwardingHeaders(headers, client, {
         authorization,
         host: this.#host,
         requestId: this.#requestId,
@@ -172,13 +187,23 @@ class Exchange implements Dispatcher.DispatchHandler {
       sendError(res, this.#requestId, 'upstream_unreachable')
       return false
     }
-    res.on('drain', resume)
+    this.#resume = resume
     return true
   }
 
   onData (chunk: Buffer): boolean {
     if (this.#replaying) return true
-    return this.#res.write(chunk)
+    const held = this.#held
+    if (held === undefined) {
+      this.#held = chunk
+      return true
+    }
+    this.#held = EMPTY
+    if (held !== EMPTY) this.#res.write(held)
+    if (this.#res.write(chunk)) return true
+    // the client reads slower than the upstream sends: pause until it drains
+    this.#res.once('drain', this.#resume!)
+    return false
   }
 
   onComplete (): void {
@@ -188,7 +213,9 @@ class Exchange implements Dispatcher.DispatchHandler {
       return
     }
     this.#ended = true
-    this.#res.end()
+    const held = this.#held
+    if (held === undefined || held === EMPTY) this.#res.end()
+    else this.#res.end(held)
   }
 
   onError (err: Error & { code?: string }): void {

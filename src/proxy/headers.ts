@@ -78,9 +78,13 @@ export function readClientHeaders (raw: string[]): ClientHeaders {
   return { forward, requestId, host, forwardedFor, hasBody }
 }
 
-/** Appends the sidecar's own headers to a forward list. */
+/** A copy of the forward list with the sidecar's own headers added. */
 export function addForwardingHeaders (forward: string[], client: ClientHeaders, info: ForwardingInfo): string[] {
-  const headers = forward.slice()
+  return pushForwardingHeaders(forward.slice(), client, info)
+}
+
+/** Appends the sidecar's own headers to `headers` (in place). */
+export function pushForwardingHeaders (headers: string[], client: ClientHeaders, info: ForwardingInfo): string[] {
   headers.push('host', info.host, 'authorization', info.authorization, 'x-forwarded-proto', 'http', 'x-request-id', info.requestId)
   if (info.clientIp !== undefined) {
     headers.push('x-forwarded-for', client.forwardedFor === undefined ? info.clientIp : `${client.forwardedFor}, ${info.clientIp}`)
