@@ -28,6 +28,9 @@ const STREAM_MB = env('BENCH_STREAM_MB', 1024)
 const TOKEN_SECONDS = env('BENCH_TOKEN_SECONDS', 10)
 const GRANT_SECONDS = env('BENCH_GRANT_SECONDS', 20)
 const STARTS = env('BENCH_STARTS', 5)
+/** BENCH_ONLY=startup (or load, stream, grants, comma-separated) runs only those parts. */
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'load,stream,grants,startup').split(','))
+const NODE_FLAGS = (process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean)
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim())
 
 const which = (cmd) => { try { return execFileSync('which', [cmd], { encoding: 'utf8' }).trim() } catch { return undefined } }
@@ -99,7 +102,7 @@ function tokenServerGrants (tokenServer) {
 
 async function startSidecar (upstreamPort, tokenServer, core = 1) {
   const [proxyPort, adminPort] = [await freePort(), await freePort()]
-  const [c, a] = onCore(core, process.execPath, ['dist/main.js'])
+  const [c, a] = onCore(core, process.execPath, [...NODE_FLAGS, 'dist/main.js'])
   const child = spawn(c, a, {
     cwd: root,
     env: {
@@ -240,12 +243,12 @@ async function main () {
   const idleRss = Object.fromEntries(targets.filter((t) => t.pid).map((t) => [t.name, rssMb(t.pid)]))
 
   // warm-up, not recorded
-  for (const t of targets) await load(t.url, { duration: 2 })
+  if (ONLY.has('load')) for (const t of targets) await load(t.url, { duration: 2 })
 
   const runs = Object.fromEntries(targets.map((t) => [t.name, []]))
   const grantsBefore = await tokenServerGrants(tokenServer)
   let sidecarRequests = 0
-  for (let round = 1; round <= ROUNDS; round++) {
+  for (let round = 1; round <= (ONLY.has('load') ? ROUNDS : 0); round++) {
     for (const t of targets) {
       const before = t.pid ? cpuTicks(t.pid) : 0
       let peak = t.pid ? rssMb(t.pid) : 0
@@ -283,7 +286,7 @@ async function main () {
 
   // streaming, one target at a time
   const streaming = {}
-  for (const t of targets) {
+  for (const t of ONLY.has('stream') ? targets : []) {
     const port = Number(new URL(t.url).port)
     const up = t.pid ? await peakDuring(t.pid, () => streamUpload(port, STREAM_MB)) : { value: await streamUpload(port, STREAM_MB) }
     const down = t.pid ? await peakDuring(t.pid, () => streamDownload(port, STREAM_MB)) : { value: await streamDownload(port, STREAM_MB) }
@@ -293,7 +296,7 @@ async function main () {
 
   // token grants at two request rates
   const grantRates = []
-  for (const rate of [500, undefined]) {
+  for (const rate of ONLY.has('grants') ? [500, undefined] : []) {
     const g0 = await tokenServerGrants(tokenServer)
     const r = await autocannon({ url: targets[2].url, connections: CONNECTIONS, duration: GRANT_SECONDS, ...(rate ? { overallRate: rate } : {}) })
     const grants = (await tokenServerGrants(tokenServer)) - g0
@@ -303,7 +306,7 @@ async function main () {
 
   // start-up to the first proxied 200, less the grant's own time
   const startups = []
-  for (let i = 0; i < STARTS; i++) {
+  for (let i = 0; i < (ONLY.has('startup') ? STARTS : 0); i++) {
     const grantStarted = process.hrtime.bigint()
     await fetch(tokenServer.info.tokenUrl, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'grant_type=password&client_id=legacy-app&username=service-user&password=service-password' }).then((r) => r.arrayBuffer())
     const grantMs = Number(process.hrtime.bigint() - grantStarted) / 1e6
@@ -311,11 +314,13 @@ async function main () {
     const s = await startSidecar(upstream.info.port, tokenServer)
     await untilOk(`http://127.0.0.1:${s.port}/`)
     const total = Number(process.hrtime.bigint() - t0) / 1e6
+    await sleep(1000)
+    const idle = rssMb(s.child.pid)
     s.child.kill('SIGKILL')
-    startups.push({ totalMs: total, grantMs, excludingGrantMs: total - grantMs })
+    startups.push({ totalMs: total, grantMs, excludingGrantMs: total - grantMs, idleRssMb: idle })
   }
-  const startup = { medianMs: median(startups.map((s) => s.excludingGrantMs)), runs: startups }
-  console.error(`start-up to first proxied 200 (excluding the grant): ${startup.medianMs.toFixed(0)} ms median`)
+  const startup = { medianMs: median(startups.map((s) => s.excludingGrantMs)), idleRssMb: median(startups.map((s) => s.idleRssMb)), runs: startups }
+  console.error(`start-up to first proxied 200 (excluding the grant): ${startup.medianMs.toFixed(0)} ms median; idle RSS 1 s later ${startup.idleRssMb?.toFixed(0)} MB`)
 
   const s = summary['auth-sidecar']
   const ratios = {
@@ -377,7 +382,7 @@ function table (r) {
   }
   lines.push('', '| token grants | req/s | requests | grants | per 100k requests | per minute |', '|---|---|---|---|---|---|')
   for (const g of r.grants.rates) lines.push(`| at ${g.rate} | ${f(g.rps)} | ${g.requests} | ${g.grants} | ${f(g.grantsPer100k, 1)} | ${f(g.grantsPerMinute, 1)} |`)
-  lines.push('', `Start-up to the first proxied 200, excluding the grant: ${f(r.startup.medianMs)} ms (median of ${r.startup.runs.length}).`, '')
+  lines.push('', `Start-up to the first proxied 200, excluding the grant: ${f(r.startup.medianMs)} ms (median of ${r.startup.runs.length}); RSS one second after it: ${f(r.startup.idleRssMb)} MB.`, '')
   return lines.join('\n')
 }
 

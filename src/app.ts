@@ -1,6 +1,6 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { Agent, EnvHttpProxyAgent, Pool, type Dispatcher } from 'undici'
+import type { Agent, Dispatcher } from 'undici'
 import type pino from 'pino'
 import { createAdminServer } from './admin/server.js'
 import { createMetrics, type Metrics } from './admin/metrics.js'
@@ -13,6 +13,7 @@ import type { Clock } from './token/clock.js'
 import type { PostForm } from './token/grant.js'
 import { createPostForm } from './token/http.js'
 import { TokenManager, type AuthorizationSource } from './token/manager.js'
+import { EnvHttpProxyAgent, UndiciAgent, UndiciPool } from './undici.js'
 
 export interface AppDeps {
   logger: pino.Logger
@@ -161,7 +162,7 @@ function listenOn (server: Server, port: number, host: string): Promise<void> {
 function createDispatcher (config: Config, origin: string | undefined, options: Agent.Options): Dispatcher {
   const { httpProxy, httpsProxy, noProxy } = config.egress
   if (httpProxy === undefined && httpsProxy === undefined) {
-    return origin === undefined ? new Agent(options) : new Pool(origin, options)
+    return origin === undefined ? new UndiciAgent(options) : new UndiciPool(origin, options)
   }
   return new EnvHttpProxyAgent({ ...options, httpProxy: httpProxy ?? '', httpsProxy: httpsProxy ?? '', noProxy: noProxy ?? '' })
 }

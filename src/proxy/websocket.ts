@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto'
 import type { IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
-import WebSocket, { WebSocketServer, type RawData } from 'ws'
+import type WebSocket from 'ws'
+import type { RawData, WebSocketServer } from 'ws'
 import { errorBody, ERRORS, TokenUnavailableError, type ErrorCode } from '../errors.js'
 import type { Logger } from '../logger.js'
 import type { AuthorizationSource } from '../token/manager.js'
@@ -29,16 +30,23 @@ function sendableCode (code: number): number {
  * upstream chose. Messages, pings and close codes are relayed; an abnormal
  * upstream close reaches the client as a close frame (1014, bad gateway).
  */
+/** `ws`, loaded on the first upgrade: most sidecars never see one, and it costs 40 ms at start-up. */
+type WsModule = typeof import('ws')
+let wsModule: Promise<WsModule> | undefined
+const OPEN = 1
+const CONNECTING = 0
+const CLOSED = 3
+
 export class WebSocketProxy {
   readonly #o: WebSocketProxyOptions
-  readonly #wss: WebSocketServer
+  #wss: WebSocketServer | undefined
+  #ws: WsModule | undefined
   readonly #target: string
   readonly #open = new Set<WebSocket>()
 
   constructor (o: WebSocketProxyOptions) {
     this.#o = o
     this.#target = o.origin.replace(/^http/, 'ws') + o.basePath
-    this.#wss = new WebSocketServer({ noServer: true, perMessageDeflate: false })
   }
 
   /** The server's 'upgrade' listener. */
@@ -48,10 +56,14 @@ export class WebSocketProxy {
     const requestId = client.requestId ?? randomUUID()
     const url = req.url ?? ''
     if (!isConfined(url) || (req.headers.upgrade ?? '').toLowerCase() !== 'websocket') return refuse(socket, 'bad_request', requestId)
-    const header = this.#o.tokens.current()
-    const connect = (authorization: string): void => this.#connect(req, socket, head, url, authorization, requestId, client)
-    if (header !== undefined) return connect(header)
-    this.#o.tokens.authorization().then(connect, (err: unknown) => {
+    wsModule ??= import('ws')
+    Promise.all([wsModule, this.#o.tokens.authorization()]).then(([ws, authorization]) => {
+      if (this.#ws === undefined) {
+        this.#ws = ws
+        this.#wss = new ws.WebSocketServer({ noServer: true, perMessageDeflate: false })
+      }
+      this.#connect(req, socket, head, url, authorization, requestId, client)
+    }, (err: unknown) => {
       refuse(socket, 'token_unavailable', requestId, err instanceof TokenUnavailableError ? err.retryAfterSeconds : 1)
     })
   }
@@ -63,7 +75,7 @@ export class WebSocketProxy {
 
   #connect (req: IncomingMessage, socket: Duplex, head: Buffer, url: string, authorization: string, requestId: string, client: ReturnType<typeof readClientHeaders>): void {
     const protocols = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim()).filter(Boolean)
-    const upstream = new WebSocket(this.#target + url, protocols, {
+    const upstream = new this.#ws!.WebSocket(this.#target + url, protocols, {
       headers: websocketHeaders(client, { authorization, host: '', requestId, clientIp: req.socket.remoteAddress }),
       perMessageDeflate: false,
       followRedirects: false
@@ -78,12 +90,12 @@ export class WebSocketProxy {
       upstream.terminate()
     })
     upstream.once('error', (err) => {
-      if (upstream.readyState === WebSocket.CLOSED && !socket.destroyed && !socket.writableEnded) {
+      if (upstream.readyState === CLOSED && !socket.destroyed && !socket.writableEnded) {
         log.warn({ requestId, upstreamError: (err as { code?: string }).code ?? err.name }, 'websocket upstream failed')
         refuse(socket, 'upstream_unreachable', requestId)
       }
     })
-    socket.once('close', () => { if (upstream.readyState === WebSocket.CONNECTING) upstream.terminate() })
+    socket.once('close', () => { if (upstream.readyState === CONNECTING) upstream.terminate() })
     upstream.once('open', () => {
       if (socket.destroyed) return upstream.terminate()
       // Messages may arrive before the client's handshake is done: keep them.
@@ -92,12 +104,13 @@ export class WebSocketProxy {
       upstream.on('message', keep)
       // handleUpgrade asks handleProtocols synchronously, so setting it just
       // before is safe: the client gets the subprotocol the upstream chose.
-      this.#wss.options.handleProtocols = () => upstream.protocol === '' ? false : upstream.protocol
-      this.#wss.handleUpgrade(req, socket, head, (downstream) => {
+      const wss = this.#wss!
+      wss.options.handleProtocols = () => upstream.protocol === '' ? false : upstream.protocol
+      wss.handleUpgrade(req, socket, head, (downstream) => {
         upstream.off('message', keep)
         for (const [data, isBinary] of early) downstream.send(data, { binary: isBinary })
         this.#relay(downstream, upstream)
-        if (upstream.readyState !== WebSocket.OPEN) downstream.close(1014, 'upstream closed abnormally')
+        if (upstream.readyState !== OPEN) downstream.close(1014, 'upstream closed abnormally')
       })
     })
   }
@@ -105,16 +118,16 @@ export class WebSocketProxy {
   #relay (downstream: WebSocket, upstream: WebSocket): void {
     this.#open.add(downstream)
     const forward = (to: WebSocket) => (data: RawData, isBinary: boolean): void => {
-      if (to.readyState === WebSocket.OPEN) to.send(data, { binary: isBinary })
+      if (to.readyState === OPEN) to.send(data, { binary: isBinary })
     }
     downstream.on('message', forward(upstream))
     upstream.on('message', forward(downstream))
-    downstream.on('ping', (d) => { if (upstream.readyState === WebSocket.OPEN) upstream.ping(d) })
-    upstream.on('ping', (d) => { if (downstream.readyState === WebSocket.OPEN) downstream.ping(d) })
-    downstream.on('pong', (d) => { if (upstream.readyState === WebSocket.OPEN) upstream.pong(d) })
-    upstream.on('pong', (d) => { if (downstream.readyState === WebSocket.OPEN) downstream.pong(d) })
+    downstream.on('ping', (d) => { if (upstream.readyState === OPEN) upstream.ping(d) })
+    upstream.on('ping', (d) => { if (downstream.readyState === OPEN) downstream.ping(d) })
+    downstream.on('pong', (d) => { if (upstream.readyState === OPEN) upstream.pong(d) })
+    upstream.on('pong', (d) => { if (downstream.readyState === OPEN) downstream.pong(d) })
     const closeOther = (other: WebSocket) => (code: number, reason: Buffer): void => {
-      if (other.readyState === WebSocket.OPEN || other.readyState === WebSocket.CONNECTING) {
+      if (other.readyState === OPEN || other.readyState === CONNECTING) {
         other.close(sendableCode(code), code === 1006 ? 'upstream closed abnormally' : reason)
       }
     }

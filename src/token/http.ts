@@ -1,6 +1,5 @@
-// undici's request() never follows redirects: a token request goes to the
-// configured URL and nowhere else.
-import { request, type Dispatcher } from 'undici'
+import type { Dispatcher } from 'undici'
+import { request } from '../undici.js'
 import type { PostForm } from './grant.js'
 
 /** A token answer larger than this is not a token answer. */
@@ -9,9 +8,13 @@ const MAX_BODY_BYTES = 256 * 1024
 /** PostForm over undici; the caller owns `dispatcher` (proxy-aware, TLS verified). */
 export function createPostForm (dispatcher: Dispatcher): PostForm {
   return async function postForm (url, form, signal) {
-    const res = await request(url, {
+    const { origin, pathname, search } = new URL(url)
+    // undici's request() never follows redirects: a token request goes to
+    // the configured URL and nowhere else.
+    const res = await request(dispatcher, {
+      origin,
+      path: pathname + search,
       method: 'POST',
-      dispatcher,
       signal,
       headers: { 'content-type': 'application/x-www-form-urlencoded', accept: 'application/json' },
       body: form
