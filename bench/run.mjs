@@ -4,7 +4,8 @@
 // so that the machine's noise falls on all of them alike.
 //
 // Settings (environment): BENCH_ROUNDS (5), BENCH_SECONDS per target and
-// round (5), BENCH_CONNECTIONS (32), BENCH_STREAM_MB (1024), BENCH_TOKEN_SECONDS
+// round (5), BENCH_CONNECTIONS (32), BENCH_STREAM_MB (1024), BENCH_STREAM_REPS
+// (3), BENCH_TOKEN_SECONDS
 // (access token lifetime during the run, 10), BENCH_GRANT_SECONDS (20, for
 // the grants-per-request runs), BENCH_STARTS (5 start-up measurements).
 //
@@ -25,6 +26,7 @@ const ROUNDS = env('BENCH_ROUNDS', 5)
 const SECONDS = env('BENCH_SECONDS', 5)
 const CONNECTIONS = env('BENCH_CONNECTIONS', 32)
 const STREAM_MB = env('BENCH_STREAM_MB', 1024)
+const STREAM_REPS = env('BENCH_STREAM_REPS', 3)
 const TOKEN_SECONDS = env('BENCH_TOKEN_SECONDS', 10)
 const GRANT_SECONDS = env('BENCH_GRANT_SECONDS', 20)
 const STARTS = env('BENCH_STARTS', 5)
@@ -284,15 +286,22 @@ async function main () {
     }]
   }))
 
-  // streaming, one target at a time
-  const streaming = {}
-  for (const t of ONLY.has('stream') ? targets : []) {
-    const port = Number(new URL(t.url).port)
-    const up = t.pid ? await peakDuring(t.pid, () => streamUpload(port, STREAM_MB)) : { value: await streamUpload(port, STREAM_MB) }
-    const down = t.pid ? await peakDuring(t.pid, () => streamDownload(port, STREAM_MB)) : { value: await streamDownload(port, STREAM_MB) }
-    streaming[t.name] = { uploadMBps: up.value, downloadMBps: down.value, uploadPeakRssMb: up.peak, downloadPeakRssMb: down.peak }
-    console.error(`stream ${t.name.padEnd(12)} up ${up.value.toFixed(0)} MB/s  down ${down.value.toFixed(0)} MB/s${t.pid ? `  peak RSS ${Math.max(up.peak, down.peak).toFixed(0)} MB` : ''}`)
+  // streaming, interleaved like the rounds, one transfer at a time
+  const streamRuns = Object.fromEntries(targets.map((t) => [t.name, []]))
+  for (let rep = 1; rep <= (ONLY.has('stream') ? STREAM_REPS : 0); rep++) {
+    for (const t of targets) {
+      const port = Number(new URL(t.url).port)
+      const up = t.pid ? await peakDuring(t.pid, () => streamUpload(port, STREAM_MB)) : { value: await streamUpload(port, STREAM_MB), peak: NaN }
+      const down = t.pid ? await peakDuring(t.pid, () => streamDownload(port, STREAM_MB)) : { value: await streamDownload(port, STREAM_MB), peak: NaN }
+      streamRuns[t.name].push({ up: up.value, down: down.value, peak: Math.max(up.peak, down.peak) })
+      console.error(`stream ${rep} ${t.name.padEnd(12)} up ${up.value.toFixed(0)} MB/s  down ${down.value.toFixed(0)} MB/s${t.pid ? `  peak RSS ${Math.max(up.peak, down.peak).toFixed(0)} MB` : ''}`)
+    }
   }
+  const streaming = Object.fromEntries(Object.entries(streamRuns).filter(([, rs]) => rs.length > 0).map(([name, rs]) => [name, {
+    uploadMBps: median(rs.map((r) => r.up)),
+    downloadMBps: median(rs.map((r) => r.down)),
+    peakRssMb: Math.max(...rs.map((r) => r.peak))
+  }]))
 
   // token grants at two request rates
   const grantRates = []
@@ -336,7 +345,7 @@ async function main () {
   const result = {
     date: new Date().toISOString(),
     node: process.version,
-    settings: { ROUNDS, SECONDS, CONNECTIONS, STREAM_MB, TOKEN_SECONDS, GRANT_SECONDS, pinning },
+    settings: { ROUNDS, SECONDS, CONNECTIONS, STREAM_MB, STREAM_REPS, TOKEN_SECONDS, GRANT_SECONDS, pinning },
     summary,
     ratios,
     streaming,
@@ -376,9 +385,9 @@ function table (r) {
     `| CPU per request / nginx | ${f(q.cpuToNginx, 2)} |`,
     `| upload MB/s / nginx | ${f(q.uploadToNginx, 2)} |`,
     `| download MB/s / nginx | ${f(q.downloadToNginx, 2)} |`)
-  lines.push('', `| streaming ${r.settings.STREAM_MB} MB | upload MB/s | download MB/s | peak RSS MB |`, '|---|---|---|---|')
+  lines.push('', `| streaming ${r.settings.STREAM_MB} MB (median of ${r.settings.STREAM_REPS}) | upload MB/s | download MB/s | peak RSS MB |`, '|---|---|---|---|')
   for (const [name, s] of Object.entries(r.streaming)) {
-    lines.push(`| ${name} | ${f(s.uploadMBps)} | ${f(s.downloadMBps)} | ${name === 'direct' ? 'n/a' : f(Math.max(s.uploadPeakRssMb, s.downloadPeakRssMb))} |`)
+    lines.push(`| ${name} | ${f(s.uploadMBps)} | ${f(s.downloadMBps)} | ${f(s.peakRssMb)} |`)
   }
   lines.push('', '| token grants | req/s | requests | grants | per 100k requests | per minute |', '|---|---|---|---|---|---|')
   for (const g of r.grants.rates) lines.push(`| at ${g.rate} | ${f(g.rps)} | ${g.requests} | ${g.grants} | ${f(g.grantsPer100k, 1)} | ${f(g.grantsPerMinute, 1)} |`)
