@@ -50,7 +50,6 @@ export function requestIdOf (req: IncomingMessage): string {
  */
 export function createForwarder (opts: ForwardOptions): (req: IncomingMessage, res: ServerResponse) => void {
   const host = new URL(opts.origin).host
-  const origin = opts.origin
 
   // One shared listener, not a closure per request: it aborts the upstream
   // request of a client that left, and writes the access log.
@@ -71,7 +70,7 @@ export function createForwarder (opts: ForwardOptions): (req: IncomingMessage, r
     if (!isConfined(url)) return sendError(res, requestId, 'bad_request')
     if (REFUSED_METHODS.has(req.method ?? '')) return sendError(res, requestId, 'bad_request', 405)
 
-    const exchange = new Exchange(req, res, client, requestId, opts.basePath + url, opts, host, origin);
+    const exchange = new Exchange(req, res, client, requestId, opts.basePath + url, opts, host);
     (res as unknown as { [kExchange]: Exchange })[kExchange] = exchange
     const header = opts.tokens.current()
     if (header !== undefined) {
@@ -94,8 +93,8 @@ class Exchange implements Dispatcher.DispatchHandler {
   readonly #requestId: string
   readonly #path: string
   readonly #o: ForwardOptions
+  /** the upstream's `host[:port]`, for the Host header */
   readonly #host: string
-  readonly #origin: string
   #authorization = ''
   #abort: ((err?: Error) => void) | undefined
   #resume: (() => void) | undefined
@@ -112,7 +111,7 @@ class Exchange implements Dispatcher.DispatchHandler {
    */
   #held: Buffer | undefined
 
-  constructor (req: IncomingMessage, res: ServerResponse, client: ClientHeaders, requestId: string, path: string, o: ForwardOptions, host: string, origin: string) {
+  constructor (req: IncomingMessage, res: ServerResponse, client: ClientHeaders, requestId: string, path: string, o: ForwardOptions, host: string) {
     this.#req = req
     this.#res = res
     this.#client = client
@@ -120,7 +119,6 @@ class Exchange implements Dispatcher.DispatchHandler {
     this.#path = path
     this.#o = o
     this.#host = host
-    this.#origin = origin
     this.#clientHeaderCount = client.forward.length
   }
 
@@ -135,7 +133,7 @@ class Exchange implements Dispatcher.DispatchHandler {
     headers.length = this.#clientHeaderCount
     this.#attempt += 1
     this.#o.dispatcher.dispatch({
-      origin: this.#origin,
+      origin: this.#o.origin,
       path: this.#path,
       method: this.#req.method as Dispatcher.HttpMethod,
       headers: pushForwardingHeaders(headers, client, {
