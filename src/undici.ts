@@ -1,3 +1,4 @@
+/// <reference path="./types/undici-internals.d.ts" />
 import type { Dispatcher } from 'undici'
 import UndiciAgent from 'undici/lib/dispatcher/agent.js'
 import EnvHttpProxyAgent from 'undici/lib/dispatcher/env-http-proxy-agent.js'

@@ -1,8 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
-import type WebSocket from 'ws'
-import type { RawData, WebSocketServer } from 'ws'
+import type { RawData, WebSocket, WebSocketServer } from 'ws'
 import { errorBody, ERRORS, TokenUnavailableError, type ErrorCode } from '../errors.js'
 import type { Logger } from '../logger.js'
 import type { AuthorizationSource } from '../token/manager.js'
@@ -31,7 +30,7 @@ function sendableCode (code: number): number {
  * upstream close reaches the client as a close frame (1014, bad gateway).
  */
 /** `ws`, loaded on the first upgrade: most sidecars never see one, and it costs 40 ms at start-up. */
-type WsModule = typeof import('ws')
+interface WsModule { WebSocket: typeof WebSocket, WebSocketServer: typeof WebSocketServer }
 let wsModule: Promise<WsModule> | undefined
 const OPEN = 1
 const CONNECTING = 0
@@ -56,7 +55,7 @@ export class WebSocketProxy {
     const requestId = client.requestId ?? randomUUID()
     const url = req.url ?? ''
     if (!isConfined(url) || (req.headers.upgrade ?? '').toLowerCase() !== 'websocket') return refuse(socket, 'bad_request', requestId)
-    wsModule ??= import('ws')
+    wsModule ??= import('ws').then((m) => ({ WebSocket: m.WebSocket, WebSocketServer: m.WebSocketServer }))
     Promise.all([wsModule, this.#o.tokens.authorization()]).then(([ws, authorization]) => {
       if (this.#ws === undefined) {
         this.#ws = ws
