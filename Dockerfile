@@ -2,7 +2,7 @@
 # auth-sidecar image: multi-stage, production dependencies only, numeric
 # non-root user, nothing written at run time (a read-only root filesystem
 # works), node as PID 1 so that SIGTERM reaches the graceful shutdown.
-ARG NODE_IMAGE=node:26-bookworm-slim
+ARG NODE_IMAGE=node:26-slim
 
 FROM ${NODE_IMAGE} AS build
 WORKDIR /app
