@@ -1,5 +1,4 @@
 import type { Dispatcher } from 'undici'
-import { request } from '../undici.js'
 import type { PostForm } from './grant.js'
 
 /** A token answer larger than this is not a token answer. */
@@ -11,7 +10,7 @@ export function createPostForm (dispatcher: Dispatcher): PostForm {
     const { origin, pathname, search } = new URL(url)
     // undici's request() never follows redirects: a token request goes to
     // the configured URL and nowhere else.
-    const res = await request(dispatcher, {
+    const res = await dispatcher.request({
       origin,
       path: pathname + search,
       method: 'POST',

@@ -11,8 +11,11 @@ declare module 'undici/lib/dispatcher/env-http-proxy-agent.js' {
   import { EnvHttpProxyAgent } from 'undici'
   export default EnvHttpProxyAgent
 }
-declare module 'undici/lib/api/api-request.js' {
-  import type { Dispatcher } from 'undici'
-  const request: (this: Dispatcher, opts: Dispatcher.RequestOptions) => Promise<Dispatcher.ResponseData>
-  export default request
+declare module 'undici/lib/dispatcher/dispatcher.js' {
+  import { Dispatcher } from 'undici'
+  export default Dispatcher
+}
+declare module 'undici/lib/api/index.js' {
+  const api: Record<'request' | 'stream' | 'pipeline' | 'upgrade' | 'connect', (...args: unknown[]) => unknown>
+  export default api
 }
