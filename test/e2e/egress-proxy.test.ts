@@ -2,8 +2,8 @@ import { createServer } from 'node:http'
 import { connect, type AddressInfo } from 'node:net'
 import t from 'tap'
 import { TokenServer } from '../../src/dev/token-server.js'
-import { send, until } from '../helpers/build.js'
-import { freePort, start } from '../helpers/process.js'
+import { send } from '../helpers/build.js'
+import { spawnSidecar, untilToken } from '../helpers/process.js'
 import { FakeUpstream } from '../helpers/upstream.js'
 
 
@@ -33,34 +33,20 @@ t.test('HTTP_PROXY carries both the token requests and the upstream requests; NO
     await upstream.close()
     await tokens.close()
   })
-  const proxyUrl = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`
+  const egressUrl = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`
 
   const runWith = async (extra: Record<string, string>): Promise<number> => {
-    const port = await freePort()
-    const run = start({
-      BASE_URL: upstream.url,
-      AUTH_URL: tokens.url,
-      AUTH_CLIENT_ID: 'legacy-app',
-      AUTH_USERNAME: 'service-user',
-      AUTH_PASSWORD: 'pw',
-      PROXY_PORT: String(port),
-      ADMIN_PORT: String(await freePort()),
-      ADMIN_HOST: '127.0.0.1',
-      ...extra
-    })
-    t.teardown(() => { run.child.kill('SIGKILL') })
-    await until(() => run.stdout.some((l) => l.includes('token obtained')), 10_000).catch((err: Error) => {
-      throw new Error(`${err.message}: ${run.stdout.join('\n')} ${run.stderr.join('')}`)
-    })
-    return (await send(`http://127.0.0.1:${port}/_verify`)).status
+    const { run, proxyUrl } = await spawnSidecar(t, upstream.url, tokens.url, 'pw', extra)
+    await untilToken(run)
+    return (await send(`${proxyUrl}/_verify`)).status
   }
 
-  t.equal(await runWith({ HTTP_PROXY: proxyUrl }), 200)
+  t.equal(await runWith({ HTTP_PROXY: egressUrl }), 200)
   const hosts = (url: string): string => new URL(url).host
   t.ok(tunnels.includes(hosts(tokens.url)), 'the token request went through the proxy')
   t.ok(tunnels.includes(hosts(upstream.url)), 'the upstream request went through the proxy')
 
   tunnels.length = 0
-  t.equal(await runWith({ http_proxy: proxyUrl, NO_PROXY: '127.0.0.1' }), 200)
+  t.equal(await runWith({ http_proxy: egressUrl, NO_PROXY: '127.0.0.1' }), 200)
   t.same(tunnels, [], 'NO_PROXY: straight to both')
 })

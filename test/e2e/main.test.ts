@@ -1,7 +1,7 @@
 import t from 'tap'
 import { TokenServer } from '../../src/dev/token-server.js'
 import { send, until } from '../helpers/build.js'
-import { freePort, start } from '../helpers/process.js'
+import { spawnSidecar, start, untilToken } from '../helpers/process.js'
 import { FakeUpstream } from '../helpers/upstream.js'
 
 const PASSWORD = 'e2e-password-5d4c3b'
@@ -33,33 +33,22 @@ t.test(`the built product through ${RUN_SECONDS} s of 3-second tokens: the upstr
   await tokenServer.listen()
   const upstream = new FakeUpstream(tokenServer)
   await upstream.listen()
-  const [proxyPort, adminPort] = [await freePort(), await freePort()]
-  const run = start({
-    BASE_URL: `${upstream.url}/api`,
-    AUTH_URL: tokenServer.url,
-    AUTH_CLIENT_ID: 'legacy-app',
-    AUTH_CLIENT_SECRET: CLIENT_SECRET,
-    AUTH_USERNAME: 'service-user',
-    AUTH_PASSWORD: PASSWORD,
-    PROXY_PORT: String(proxyPort),
-    ADMIN_PORT: String(adminPort),
-    ADMIN_HOST: '127.0.0.1',
-    SHUTDOWN_GRACE_MS: '3000'
-  })
   t.teardown(async () => {
-    run.child.kill('SIGKILL')
     await upstream.close()
     await tokenServer.close()
   })
-
-  await until(() => run.stdout.some((l) => l.includes('"token obtained"')), 10_000)
-  t.equal((await send(`http://127.0.0.1:${adminPort}/readyz`)).status, 200)
+  const { run, proxyUrl, adminUrl } = await spawnSidecar(t, `${upstream.url}/api`, tokenServer.url, PASSWORD, {
+    AUTH_CLIENT_SECRET: CLIENT_SECRET,
+    SHUTDOWN_GRACE_MS: '3000'
+  })
+  await untilToken(run)
+  t.equal((await send(`${adminUrl}/readyz`)).status, 200)
 
   const statuses = new Map<number, number>()
   const deadline = Date.now() + RUN_SECONDS * 1000
   const client = async (): Promise<void> => {
     while (Date.now() < deadline) {
-      const res = await send(`http://127.0.0.1:${proxyPort}/_verify/item`)
+      const res = await send(`${proxyUrl}/_verify/item`)
       statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1)
       await new Promise((resolve) => setTimeout(resolve, 5))
     }
@@ -75,7 +64,7 @@ t.test(`the built product through ${RUN_SECONDS} s of 3-second tokens: the upstr
   t.equal(tokenServer.maxConcurrent, 1, 'never more than one grant in flight')
 
   // SIGTERM with a request in flight: it finishes, then the process exits 0.
-  const slow = send(`http://127.0.0.1:${proxyPort}/_slow/800`)
+  const slow = send(`${proxyUrl}/_slow/800`)
   await until(() => upstream.received.at(-1)?.url === '/api/_slow/800')
   run.child.kill('SIGTERM')
   t.equal((await slow).status, 200, 'the in-flight request finished')

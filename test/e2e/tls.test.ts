@@ -5,8 +5,8 @@ import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import t from 'tap'
 import { TokenServer } from '../../src/dev/token-server.js'
-import { send, until } from '../helpers/build.js'
-import { freePort, start } from '../helpers/process.js'
+import { send } from '../helpers/build.js'
+import { spawnSidecar, untilToken } from '../helpers/process.js'
 
 /** An HTTPS upstream with a certificate from a CA of the test's own. */
 function makeCa (dir: string): { ca: string, key: string, cert: string } {
@@ -37,21 +37,9 @@ t.test('TLS to the upstream is verified; NODE_EXTRA_CA_CERTS adds a CA', async (
   const baseUrl = `https://127.0.0.1:${(upstream.address() as AddressInfo).port}`
 
   const runWith = async (extra: Record<string, string>): Promise<number> => {
-    const port = await freePort()
-    const run = start({
-      BASE_URL: baseUrl,
-      AUTH_URL: tokens.url,
-      AUTH_CLIENT_ID: 'legacy-app',
-      AUTH_USERNAME: 'service-user',
-      AUTH_PASSWORD: 'pw',
-      PROXY_PORT: String(port),
-      ADMIN_PORT: String(await freePort()),
-      ADMIN_HOST: '127.0.0.1',
-      ...extra
-    })
-    t.teardown(() => { run.child.kill('SIGKILL') })
-    await until(() => run.stdout.some((l) => l.includes('token obtained')), 10_000)
-    return (await send(`http://127.0.0.1:${port}/x`)).status
+    const { run, proxyUrl } = await spawnSidecar(t, baseUrl, tokens.url, 'pw', extra)
+    await untilToken(run)
+    return (await send(`${proxyUrl}/x`)).status
   }
 
   t.equal(await runWith({}), 502, 'an unknown CA is refused: 502, nothing sent')

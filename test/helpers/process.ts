@@ -65,6 +65,41 @@ export interface RunningSidecar {
   upstream: FakeUpstream
 }
 
+export interface SpawnedSidecar {
+  run: Running
+  proxyUrl: string
+  adminUrl: string
+}
+
+/**
+ * `node dist/main.js` on free ports, in front of `baseUrl`, against the auth
+ * server at `authUrl` as client legacy-app and user service-user; killed in
+ * teardown. `env` adds or overrides variables.
+ */
+export async function spawnSidecar (t: Test, baseUrl: string, authUrl: string, password: string, env: Record<string, string> = {}): Promise<SpawnedSidecar> {
+  const [proxyPort, adminPort] = [await freePort(), await freePort()]
+  const run = start({
+    BASE_URL: baseUrl,
+    AUTH_URL: authUrl,
+    AUTH_CLIENT_ID: 'legacy-app',
+    AUTH_USERNAME: 'service-user',
+    AUTH_PASSWORD: password,
+    PROXY_PORT: String(proxyPort),
+    ADMIN_PORT: String(adminPort),
+    ADMIN_HOST: '127.0.0.1',
+    ...env
+  })
+  t.teardown(() => { run.child.kill('SIGKILL') })
+  return { run, proxyUrl: `http://127.0.0.1:${proxyPort}`, adminUrl: `http://127.0.0.1:${adminPort}` }
+}
+
+/** Waits for the sidecar's first token, with its output in the error if it never comes. */
+export async function untilToken (run: Running, ms = 15_000): Promise<void> {
+  await until(() => run.stdout.some((l) => l.includes('"token obtained')), ms).catch((err: Error) => {
+    throw new Error(`${err.message}: ${run.stdout.join('\n')} ${run.stderr.join('')}`)
+  })
+}
+
 /**
  * The built product as a child process, in front of a FakeUpstream and a
  * TokenServer in this process; ready (a token held) when this resolves.
@@ -74,28 +109,15 @@ export async function startSidecar (t: Test, env: Record<string, string> = {}, t
   await tokenServer.listen()
   const upstream = new FakeUpstream(tokenServer)
   await upstream.listen()
-  const [proxyPort, adminPort] = [await freePort(), await freePort()]
-  const run = start({
-    BASE_URL: `${upstream.url}/api`,
-    AUTH_URL: tokenServer.url,
-    AUTH_CLIENT_ID: 'legacy-app',
-    AUTH_USERNAME: 'service-user',
-    AUTH_PASSWORD: 'e2e-password',
-    PROXY_PORT: String(proxyPort),
-    ADMIN_PORT: String(adminPort),
-    ADMIN_HOST: '127.0.0.1',
-    ...env
-  })
   t.teardown(async () => {
-    run.child.kill('SIGKILL')
     await upstream.close()
     await tokenServer.close()
   })
-  const adminUrl = `http://127.0.0.1:${adminPort}`
+  const { run, proxyUrl, adminUrl } = await spawnSidecar(t, `${upstream.url}/api`, tokenServer.url, 'e2e-password', env)
   await until(() => run.stdout.some((l) => l.includes('auth-sidecar listening')), 15_000)
   if (waitReady) {
-    await until(() => run.stdout.some((l) => l.includes('"token obtained"')), 15_000)
+    await untilToken(run)
     if ((await send(`${adminUrl}/readyz`)).status !== 200) throw new Error('sidecar not ready')
   }
-  return { run, proxyUrl: `http://127.0.0.1:${proxyPort}`, adminUrl, tokenServer, upstream }
+  return { run, proxyUrl, adminUrl, tokenServer, upstream }
 }
