@@ -1,10 +1,7 @@
 import t from 'tap'
-import { TokenServer } from '../../src/dev/token-server.js'
 import { send, until } from '../helpers/build.js'
-import { spawnSidecar, start, untilToken } from '../helpers/process.js'
-import { FakeUpstream } from '../helpers/upstream.js'
+import { E2E_PASSWORD, start, startSidecar } from '../helpers/process.js'
 
-const PASSWORD = 'e2e-password-5d4c3b'
 const CLIENT_SECRET = 'e2e-client-secret-a1b2'
 /** How long the renewal run lasts; E2E_SECONDS=60 for a longer soak. */
 const RUN_SECONDS = Number(process.env.E2E_SECONDS ?? 8)
@@ -23,26 +20,15 @@ t.test('invalid configuration: exits non-zero at once with one message naming ev
 })
 
 t.test(`the built product through ${RUN_SECONDS} s of 3-second tokens: the upstream never sees an invalid token`, async (t) => {
-  const tokenServer = new TokenServer({
+  const { run, proxyUrl, tokenServer, upstream } = await startSidecar(t, {
+    AUTH_CLIENT_SECRET: CLIENT_SECRET,
+    SHUTDOWN_GRACE_MS: '3000'
+  }, {
     clients: { 'legacy-app': CLIENT_SECRET },
-    users: { 'service-user': PASSWORD },
     accessTokenSeconds: 3,
     refreshTokenSeconds: 10,
     sessionMaxSeconds: 5 // refresh tokens lapse with the session: the password grant takes over
   })
-  await tokenServer.listen()
-  const upstream = new FakeUpstream(tokenServer)
-  await upstream.listen()
-  t.teardown(async () => {
-    await upstream.close()
-    await tokenServer.close()
-  })
-  const { run, proxyUrl, adminUrl } = await spawnSidecar(t, `${upstream.url}/api`, tokenServer.url, PASSWORD, {
-    AUTH_CLIENT_SECRET: CLIENT_SECRET,
-    SHUTDOWN_GRACE_MS: '3000'
-  })
-  await untilToken(run)
-  t.equal((await send(`${adminUrl}/readyz`)).status, 200)
 
   const statuses = new Map<number, number>()
   const deadline = Date.now() + RUN_SECONDS * 1000
@@ -75,7 +61,7 @@ t.test(`the built product through ${RUN_SECONDS} s of 3-second tokens: the upstr
   t.ok(lines.every((l) => { try { JSON.parse(l); return true } catch { return false } }), 'stdout is JSON lines')
   t.ok(lines.filter((l) => l.includes('"msg":"request"')).length >= upstream.received.length - 1, 'one line per request')
   const all = lines.join('\n') + run.stderr.join('')
-  t.notMatch(all, PASSWORD)
+  t.notMatch(all, E2E_PASSWORD)
   t.notMatch(all, CLIENT_SECRET)
   const issued = upstream.received.map((r) => r.headers.authorization!.slice(7))
   t.ok(issued.every((token) => !all.includes(token)), 'no access token in the output')

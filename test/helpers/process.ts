@@ -65,6 +65,9 @@ export interface RunningSidecar {
   upstream: FakeUpstream
 }
 
+/** The service user's password in startSidecar's token server. */
+export const E2E_PASSWORD = 'e2e-password-5d4c3b'
+
 export interface SpawnedSidecar {
   run: Running
   proxyUrl: string
@@ -105,7 +108,7 @@ export async function untilToken (run: Running, ms = 15_000): Promise<void> {
  * TokenServer in this process; ready (a token held) when this resolves.
  */
 export async function startSidecar (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}, waitReady = true): Promise<RunningSidecar> {
-  const tokenServer = new TokenServer({ users: { 'service-user': 'e2e-password' }, ...tokenOptions })
+  const tokenServer = new TokenServer({ users: { 'service-user': E2E_PASSWORD }, ...tokenOptions })
   await tokenServer.listen()
   const upstream = new FakeUpstream(tokenServer)
   await upstream.listen()
@@ -113,7 +116,7 @@ export async function startSidecar (t: Test, env: Record<string, string> = {}, t
     await upstream.close()
     await tokenServer.close()
   })
-  const { run, proxyUrl, adminUrl } = await spawnSidecar(t, `${upstream.url}/api`, tokenServer.url, 'e2e-password', env)
+  const { run, proxyUrl, adminUrl } = await spawnSidecar(t, `${upstream.url}/api`, tokenServer.url, E2E_PASSWORD, env)
   await until(() => run.stdout.some((l) => l.includes('auth-sidecar listening')), 15_000)
   if (waitReady) {
     await untilToken(run)
