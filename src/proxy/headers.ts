@@ -47,12 +47,7 @@ const REQUEST_ID = /^[\w\-.:@/+=]{1,128}$/
 export function readClientHeaders (raw: string[]): ClientHeaders {
   let connectionNamed: Set<string> | undefined
   for (let i = 0; i < raw.length; i += 2) {
-    if (raw[i]!.length === 10 && raw[i]!.toLowerCase() === 'connection') {
-      for (const token of raw[i + 1]!.split(',')) {
-        const name = token.trim().toLowerCase()
-        if (name !== '' && name !== 'close' && name !== 'keep-alive') (connectionNamed ??= new Set()).add(name)
-      }
-    }
+    if (raw[i]!.length === 10 && raw[i]!.toLowerCase() === 'connection') connectionNamed = namedIn(raw[i + 1]!, connectionNamed)
   }
   const forward: string[] = []
   let requestId: string | undefined
@@ -78,9 +73,16 @@ export function readClientHeaders (raw: string[]): ClientHeaders {
   return { forward, requestId, host, forwardedFor, hasBody }
 }
 
-/** A copy of the forward list with the sidecar's own headers added. */
-export function addForwardingHeaders (forward: string[], client: ClientHeaders, info: ForwardingInfo): string[] {
-  return pushForwardingHeaders(forward.slice(), client, info)
+/**
+ * The header names a `Connection` value lists (RFC 9110 §7.6.1), added to
+ * `into`; its `close` and `keep-alive` options name no header.
+ */
+function namedIn (value: string, into: Set<string> | undefined): Set<string> | undefined {
+  for (const token of value.split(',')) {
+    const name = token.trim().toLowerCase()
+    if (name !== '' && name !== 'close' && name !== 'keep-alive') (into ??= new Set()).add(name)
+  }
+  return into
 }
 
 /** Appends the sidecar's own headers to `headers` (in place). */
@@ -104,9 +106,7 @@ export function responseHeaders (raw: Buffer[], requestId: string): string[] {
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!.toString('latin1').toLowerCase()
     if (DROP_RESPONSE.has(name)) {
-      if (name === 'connection') {
-        for (const token of raw[i + 1]!.toString('latin1').split(',')) (connectionNamed ??= new Set()).add(token.trim().toLowerCase())
-      }
+      if (name === 'connection') connectionNamed = namedIn(raw[i + 1]!.toString('latin1'), connectionNamed)
       continue
     }
     if (name === 'x-request-id') continue
@@ -127,7 +127,7 @@ const WEBSOCKET_HANDSHAKE = new Set(['sec-websocket-key', 'sec-websocket-version
 /** Headers for the upstream WebSocket handshake, as an object for `ws`. */
 export function websocketHeaders (client: ClientHeaders, info: ForwardingInfo): Record<string, string> {
   const headers: Record<string, string> = {}
-  const list = addForwardingHeaders(client.forward, client, info)
+  const list = pushForwardingHeaders(client.forward.slice(), client, info)
   for (let i = 0; i < list.length; i += 2) {
     const name = list[i]!
     if (WEBSOCKET_HANDSHAKE.has(name) || name === 'host') continue

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto'
-import type { IncomingMessage } from 'node:http'
+import { STATUS_CODES, type IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { RawData, WebSocket, WebSocketServer } from 'ws'
 import { errorBody, ERRORS, TokenUnavailableError, type ErrorCode } from '../errors.js'
@@ -141,7 +141,7 @@ function refuse (socket: Duplex, code: ErrorCode, requestId: string, retryAfter?
   if (socket.destroyed) return
   const body = errorBody(code)
   const { status } = ERRORS[code]
-  socket.end(`HTTP/1.1 ${status} ${status === 400 ? 'Bad Request' : status === 503 ? 'Service Unavailable' : 'Bad Gateway'}\r\n` +
+  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n` +
     `content-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n` +
     `x-request-id: ${requestId}\r\n${retryAfter === undefined ? '' : `retry-after: ${retryAfter}\r\n`}\r\n${body}`)
 }
