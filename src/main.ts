@@ -1,7 +1,10 @@
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig, type Config } from './config/load.js'
+import { tuneHeap } from './heap.js'
 import { createLogger } from './logger.js'
+
+tuneHeap()
 
 let config: Config
 try {

@@ -22,6 +22,14 @@ async function peakRss (pid: number, work: () => Promise<void>): Promise<number>
   return Math.max(peak, memoryOf(pid).rssMb)
 }
 
+/** The sidecar's count of full (mark-compact) garbage collections, from its /metrics. */
+async function majorGcs (adminUrl: string): Promise<number> {
+  const { body } = await send(`${adminUrl}/metrics`)
+  if (!body.includes('# TYPE auth_sidecar_nodejs_gc_duration_seconds histogram')) throw new Error('the GC metric is missing from /metrics')
+  const m = /^auth_sidecar_nodejs_gc_duration_seconds_count\{kind="major"\} (\d+)$/m.exec(body)
+  return m === null ? 0 : Number(m[1])
+}
+
 function upload (url: string, mb: number, agent: Agent): Promise<number> {
   return new Promise((resolve, reject) => {
     const req = httpRequest(url, { method: 'POST', agent, headers: { 'content-type': 'application/octet-stream', 'content-length': mb * chunk.length } }, (res) => {
@@ -59,10 +67,14 @@ t.test(`${STREAM_MB} MB up and down with the proxy's memory flat; keep-alive reu
   t.teardown(() => agent.destroy())
   for (let i = 0; i < 20; i++) await send(`${s.proxyUrl}/warm`) // JIT and pools warmed
   const baseline = memoryOf(pid).rssMb
+  const majorGcsBefore = await majorGcs(s.adminUrl)
 
   const upPeak = await peakRss(pid, async () => {
     t.equal(await upload(`${s.proxyUrl}/upload`, STREAM_MB, agent), 200)
   })
+  // Reported, not asserted: how many full GCs an upload costs depends on how
+  // fast the client sends (src/heap.ts; `npm run bench` is the judge).
+  t.comment(`upload: ${await majorGcs(s.adminUrl) - majorGcsBefore} full GCs for ${STREAM_MB} MB`)
   const got = s.upstream.received.at(-1)!
   t.equal(got.bodyBytes, STREAM_MB * chunk.length, 'every byte arrived')
   t.ok(got.tokenValid)
