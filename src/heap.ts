@@ -1,32 +1,73 @@
-import { setFlagsFromString } from 'node:v8'
+import { constants, PerformanceObserver } from 'node:perf_hooks'
+import { getHeapStatistics, setFlagsFromString } from 'node:v8'
 
 /**
- * How far V8 lets the old generation grow past its live size before the next
- * full (mark-compact) collection: 500% means up to six times the live size,
- * where V8's own factor is 1.1 to 4 depending on recent GC speed.
+ * Headroom the old generation gets above its live size before the next full
+ * (mark-compact) GC.
  *
  * Why: V8 counts external memory allocated since the last full GC (every
  * socket read is a fresh 64 KiB buffer) against the old generation's
  * headroom, and starts a full GC when the headroom falls below the young
- * generation's size. Buffers are freed by the next scavenge, which V8 runs
- * only after about 32 MB of them. The sidecar's live heap is small (about
- * 8 MB), so its headroom (about 11 MB) was always below that: a 1 GB upload
- * ran some 90 full GCs and moved 0.5-0.7 times nginx's bytes per second.
- * With six times the live size the headroom covers the buffers in flight:
- * one full GC per gigabyte and the upload on par with nginx
- * (docs/performance.md). The cost is garbage kept longer under load: RSS
- * under sustained load rises by about 25 MB, idle RSS does not change.
+ * generation's size. The buffers are freed by the next scavenge, which V8
+ * runs only after about 32 MB of them. The sidecar's live heap is small
+ * (about 8 MB) and V8's own growing factor (1.1 to 4 times the live size)
+ * left it about 11 MB of headroom: a 1 GB upload ran some 90 full GCs and
+ * moved 0.5 to 0.7 times nginx's bytes per second. With 48 MB of headroom the
+ * buffers in flight fit: one full GC per gigabyte, and the upload on par
+ * with nginx (docs/performance.md). The cost is garbage kept longer: RSS
+ * under sustained load rises by up to that much; idle RSS does not change.
  */
-export const HEAP_GROWING_PERCENT = 500
+export const HEADROOM_BYTES = 48 * 1024 * 1024
+
+/** The largest growing factor used, as V8's percent: six times the live size. */
+export const MAX_GROWING_PERCENT = 500
 
 const FLAG = '--heap-growing-percent'
 
 /**
- * Sets the growing factor unless the operator chose one (`node
- * --heap-growing-percent=N dist/main.js`). V8 reads it afresh at every GC,
- * so setting it after start-up takes effect from the next collection.
+ * V8's `--heap-growing-percent` for a live heap of `liveBytes`: enough for
+ * HEADROOM_BYTES, at most MAX_GROWING_PERCENT; 0 (V8's own factor) once the
+ * live heap is larger than the headroom, where V8's factor gives as much.
  */
-export function tuneHeap (execArgv: readonly string[] = process.execArgv, setFlags: (flags: string) => void = setFlagsFromString): void {
-  if (execArgv.some((a) => a.startsWith(FLAG) || a.startsWith('--heap_growing_percent'))) return
-  setFlags(`${FLAG}=${HEAP_GROWING_PERCENT}`)
+export function growingPercentFor (liveBytes: number): number {
+  if (liveBytes >= HEADROOM_BYTES) return 0
+  return Math.min(MAX_GROWING_PERCENT, Math.ceil(HEADROOM_BYTES / Math.max(liveBytes, 1) * 100))
+}
+
+export interface HeapTuning {
+  /** the growing percent in force */
+  readonly percent: number
+  stop(): void
+}
+
+/**
+ * Sets the growing factor for the live heap now and after every full GC.
+ * V8 reads the flag afresh whenever it computes the next limit, at the end
+ * of each GC. Does nothing when the operator chose a factor themselves
+ * (`node --heap-growing-percent=N dist/main.js`).
+ */
+export function tuneHeap (
+  execArgv: readonly string[] = process.execArgv,
+  setFlags: (flags: string) => void = setFlagsFromString,
+  liveBytes: () => number = () => getHeapStatistics().used_heap_size
+): HeapTuning {
+  let percent = -1
+  const apply = (): void => {
+    const next = growingPercentFor(liveBytes())
+    if (next === percent) return
+    percent = next
+    setFlags(`${FLAG}=${next}`)
+  }
+  if (execArgv.some((a) => a.startsWith(FLAG) || a.startsWith('--heap_growing_percent'))) {
+    return { percent: NaN, stop () {} }
+  }
+  apply()
+  const observer = new PerformanceObserver((list) => {
+    if (list.getEntries().some((e) => (e as { detail?: { kind?: number } }).detail?.kind === constants.NODE_PERFORMANCE_GC_MAJOR)) apply()
+  })
+  observer.observe({ entryTypes: ['gc'] })
+  return {
+    get percent () { return percent },
+    stop () { observer.disconnect() }
+  }
 }

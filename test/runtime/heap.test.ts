@@ -1,16 +1,42 @@
+import { setFlagsFromString } from 'node:v8'
 import t from 'tap'
-import { HEAP_GROWING_PERCENT, tuneHeap } from '../../src/heap.js'
+import { growingPercentFor, HEADROOM_BYTES, MAX_GROWING_PERCENT, tuneHeap } from '../../src/heap.js'
 
-t.test('the heap growing factor is set at start-up', async (t) => {
+const MB = 1024 * 1024
+
+t.test('the growing factor gives a small heap the headroom, and leaves a large one to V8', async (t) => {
+  t.equal(growingPercentFor(8 * MB), MAX_GROWING_PERCENT, 'the sidecar at rest: six times its live size')
+  t.equal(growingPercentFor(24 * MB), 200, '48 MB of headroom is twice 24 MB')
+  t.equal(growingPercentFor(HEADROOM_BYTES - 1), 101)
+  t.equal(growingPercentFor(HEADROOM_BYTES), 0, "V8's own factor from there on")
+  t.equal(growingPercentFor(500 * MB), 0)
+  t.equal(growingPercentFor(0), MAX_GROWING_PERCENT)
+  for (const live of [10, 20, 33, 47].map((n) => n * MB)) {
+    t.ok(live * growingPercentFor(live) / 100 >= HEADROOM_BYTES, `${live / MB} MB live: at least the headroom`)
+  }
+})
+
+t.test('set at start-up for the live heap, and again after a full GC when the live heap changed', async (t) => {
   const set: string[] = []
-  tuneHeap([], (f) => set.push(f))
-  t.same(set, [`--heap-growing-percent=${HEAP_GROWING_PERCENT}`])
+  let live = 8 * MB
+  const tuning = tuneHeap([], (f) => { set.push(f); setFlagsFromString(f) }, () => live)
+  t.teardown(() => { tuning.stop(); setFlagsFromString('--heap-growing-percent=0') })
+  t.same(set, ['--heap-growing-percent=500'])
+  live = 24 * MB
+  // a full GC: the observer re-reads the live heap
+  const { runInNewContext } = await import('node:vm')
+  setFlagsFromString('--expose-gc')
+  const gc = runInNewContext('gc') as () => void
+  gc()
+  await new Promise((resolve) => setTimeout(resolve, 50))
+  t.same(set, ['--heap-growing-percent=500', '--heap-growing-percent=200'])
+  t.equal(tuning.percent, 200)
 })
 
 t.test("the operator's own --heap-growing-percent wins", async (t) => {
   for (const argv of [['--heap-growing-percent=100'], ['--heap_growing_percent=50', '--enable-source-maps']]) {
     const set: string[] = []
-    tuneHeap(argv, (f) => set.push(f))
+    tuneHeap(argv, (f) => set.push(f)).stop()
     t.same(set, [], argv.join(' '))
   }
 })
