@@ -72,11 +72,14 @@ export function tuneHeap (
   }
 }
 
-/** Size of the block whose release raises glibc's thresholds: just under the 32 MiB up to which glibc adjusts them. */
-export const MALLOC_THRESHOLD_BYTES = 31 * 1024 * 1024
+/** Size of the block whose release raises glibc's thresholds (it adjusts them up to 32 MiB). */
+export const MALLOC_THRESHOLD_BYTES = 24 * 1024 * 1024
+
+/** A request body of this declared size or more raises the thresholds, once per process. */
+export const LARGE_BODY_BYTES = 8 * 1024 * 1024
 
 /**
- * Keeps glibc's malloc from returning the freed request bodies to the kernel
+ * Keeps glibc's malloc from returning freed request bodies to the kernel
  * only to fault them in again.
  *
  * Why: Node copies every request body chunk into a fresh buffer of up to
@@ -90,11 +93,20 @@ export const MALLOC_THRESHOLD_BYTES = 31 * 1024 * 1024
  * trim to twice that), after which the freed buffers stay in the heap for the
  * next ones: about 200 brk calls and 9,000 page faults for the same 2 GB
  * (`perf stat -e syscalls:sys_enter_brk,page-faults`, docs/performance.md).
- * The block is never touched, so it costs no resident memory; the heap may
- * keep up to 62 MB free for reuse after a burst. With other C libraries
- * (musl) it is only an allocation. The block is released when V8 collects
- * it, at the next GC.
+ *
+ * Only a large upload does it, not start-up: with the thresholds raised from
+ * the start, the heap also kept what start-up freed (the WebAssembly
+ * compiler's working memory among it) and idle RSS rose from 72 to 98 MB.
+ * After a large upload the heap may keep up to 48 MB free for the next one.
+ * The block itself is never touched (no resident memory) and is released
+ * when V8 collects it, at the next GC. With other C libraries (musl) it is
+ * only an allocation. Chunked uploads, without a declared length, do not
+ * raise the thresholds.
  */
-export function raiseMallocThresholds (): void {
+export function noteRequestBody (contentLength: number): void {
+  if (thresholdsRaised || contentLength < LARGE_BODY_BYTES) return
+  thresholdsRaised = true
   Buffer.allocUnsafeSlow(MALLOC_THRESHOLD_BYTES)
 }
+
+let thresholdsRaised = false

@@ -1,11 +1,10 @@
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig, type Config } from './config/load.js'
-import { raiseMallocThresholds, tuneHeap } from './heap.js'
+import { tuneHeap } from './heap.js'
 import { createLogger } from './logger.js'
 
 tuneHeap()
-raiseMallocThresholds()
 
 let config: Config
 try {

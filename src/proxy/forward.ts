@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Dispatcher } from 'undici'
 import { errorBody, TokenUnavailableError, ERRORS, type ErrorCode } from '../errors.js'
+import { noteRequestBody } from '../heap.js'
 import type { Logger } from '../logger.js'
 import type { AuthorizationSource } from '../token/manager.js'
 import { isConfined } from './confine.js'
@@ -70,6 +71,7 @@ export function createForwarder (opts: ForwardOptions): (req: IncomingMessage, r
     if (!isConfined(url)) return sendError(res, requestId, 'bad_request')
     if (REFUSED_METHODS.has(req.method ?? '')) return sendError(res, requestId, 'bad_request', 405)
 
+    if (client.hasBody) noteRequestBody(client.contentLength)
     const exchange = new Exchange(req, res, client, requestId, opts.basePath + url, opts, host);
     (res as unknown as { [kExchange]: Exchange })[kExchange] = exchange
     const header = opts.tokens.current()

@@ -34,6 +34,8 @@ export interface ClientHeaders {
   host: string | undefined
   forwardedFor: string | undefined
   hasBody: boolean
+  /** the declared Content-Length, 0 when there is none (no body, or chunked) */
+  contentLength: number
 }
 
 /** Request ids from the client are kept when they look like ids. */
@@ -54,6 +56,7 @@ export function readClientHeaders (raw: string[]): ClientHeaders {
   let host: string | undefined
   let forwardedFor: string | undefined
   let hasBody = false
+  let contentLength = 0
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!.toLowerCase()
     const value = raw[i + 1]!
@@ -67,10 +70,13 @@ export function readClientHeaders (raw: string[]): ClientHeaders {
       continue
     }
     if (connectionNamed?.has(name) === true) continue
-    if (name === 'content-length' && value !== '0') hasBody = true
+    if (name === 'content-length' && value !== '0') {
+      hasBody = true
+      contentLength = Number(value)
+    }
     forward.push(name, value)
   }
-  return { forward, requestId, host, forwardedFor, hasBody }
+  return { forward, requestId, host, forwardedFor, hasBody, contentLength }
 }
 
 /**

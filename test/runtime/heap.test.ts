@@ -40,3 +40,18 @@ t.test("the operator's own --heap-growing-percent wins", async (t) => {
     t.same(set, [], argv.join(' '))
   }
 })
+
+t.test('a large declared request body raises the malloc thresholds, once; small ones do not', async (t) => {
+  const { noteRequestBody, LARGE_BODY_BYTES, MALLOC_THRESHOLD_BYTES } = await import('../../src/heap.js')
+  const original = Buffer.allocUnsafeSlow
+  const sizes: number[] = []
+  Buffer.allocUnsafeSlow = (size: number) => { sizes.push(size); return original(0) }
+  t.teardown(() => { Buffer.allocUnsafeSlow = original })
+  noteRequestBody(0)
+  noteRequestBody(LARGE_BODY_BYTES - 1)
+  t.same(sizes, [], 'small and chunked bodies leave malloc alone')
+  noteRequestBody(LARGE_BODY_BYTES)
+  noteRequestBody(10 * LARGE_BODY_BYTES)
+  t.same(sizes, [MALLOC_THRESHOLD_BYTES], 'one block, released at the next GC')
+  t.ok(MALLOC_THRESHOLD_BYTES > 128 * 1024 && MALLOC_THRESHOLD_BYTES <= 32 * 1024 * 1024, "within the range glibc's dynamic threshold follows")
+})
