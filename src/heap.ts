@@ -13,8 +13,8 @@ import { getHeapStatistics, setFlagsFromString } from 'node:v8'
  * (about 8 MB) and V8's own growing factor (1.1 to 4 times the live size)
  * left it about 11 MB of headroom: a 1 GB upload ran some 90 full GCs and
  * moved 0.5 to 0.7 times nginx's bytes per second. With 48 MB of headroom the
- * buffers in flight fit: one full GC per gigabyte, and the upload on par
- * with nginx (docs/performance.md). The cost is garbage kept longer: RSS
+ * buffers in flight fit: one full GC per gigabyte (with noteRequestBody
+ * below, the upload on par with nginx; docs/performance.md). The cost is garbage kept longer: RSS
  * under sustained load rises by up to that much; idle RSS does not change.
  */
 export const HEADROOM_BYTES = 48 * 1024 * 1024
