@@ -26,8 +26,10 @@ const FLAG = '--heap-growing-percent'
 
 /**
  * V8's `--heap-growing-percent` for a live heap of `liveBytes`: enough for
- * HEADROOM_BYTES, at most MAX_GROWING_PERCENT; 0 (V8's own factor) once the
- * live heap is larger than the headroom, where V8's factor gives as much.
+ * HEADROOM_BYTES, at most MAX_GROWING_PERCENT; 0 (V8's own factor, 1.1 to 4
+ * times) once the live heap is larger than the headroom. The headroom is for
+ * the small heap the sidecar has; a large live heap is left to V8's policy
+ * rather than given a large multiple of itself.
  */
 export function growingPercentFor (liveBytes: number): number {
   if (liveBytes >= HEADROOM_BYTES) return 0
