@@ -7,7 +7,9 @@
 // round (5), BENCH_CONNECTIONS (32), BENCH_STREAM_MB (1024), BENCH_STREAM_REPS
 // (3), BENCH_TOKEN_SECONDS
 // (access token lifetime during the run, 10), BENCH_GRANT_SECONDS (20, for
-// the grants-per-request runs), BENCH_STARTS (5 start-up measurements).
+// the grants-per-request runs), BENCH_STARTS (5 start-up measurements),
+// BENCH_SETTLE_SECONDS (15: idle RSS is read this long after each proxy's
+// first request, once V8's memory reducer has run; 1 reads it at once).
 //
 // CPU pinning: where `taskset` exists and there are two or more cores, every
 // proxy runs on core 1 alone, and the load generator and the upstream on
@@ -30,7 +32,7 @@ const STREAM_REPS = env('BENCH_STREAM_REPS', 3)
 const TOKEN_SECONDS = env('BENCH_TOKEN_SECONDS', 10)
 const GRANT_SECONDS = env('BENCH_GRANT_SECONDS', 20)
 const STARTS = env('BENCH_STARTS', 5)
-/** The first start is also measured after this many seconds without work (V8's memory reducer has run by then). */
+/** Idle RSS is read this long after the first request (V8's memory reducer has run by then), in the load part and for the first start. */
 const SETTLE_SECONDS = env('BENCH_SETTLE_SECONDS', 15)
 /** BENCH_ONLY=startup (or load, stream, grants, comma-separated) runs only those parts. */
 const ONLY = new Set((process.env.BENCH_ONLY ?? 'load,stream,grants,startup').split(','))
@@ -242,9 +244,13 @@ async function main () {
     ...(nginx ? [{ name: 'nginx', url: `http://127.0.0.1:${nginx.port}`, pid: nginxWorkerPid(nginx.child.pid) }] : [])
   ]
 
-  // idle memory, after one request each
+  // memory 1 s after one request each, and idle: once V8's memory reducer
+  // has run (it waits about 8 s for a quiet spell), SETTLE_SECONDS after
+  const rssNow = () => Object.fromEntries(targets.filter((t) => t.pid).map((t) => [t.name, rssMb(t.pid)]))
   await sleep(1000)
-  const idleRss = Object.fromEntries(targets.filter((t) => t.pid).map((t) => [t.name, rssMb(t.pid)]))
+  const startRss = rssNow()
+  if (SETTLE_SECONDS > 1) await sleep((SETTLE_SECONDS - 1) * 1000)
+  const idleRss = SETTLE_SECONDS > 1 ? rssNow() : startRss
 
   // warm-up, not recorded
   if (ONLY.has('load')) for (const t of targets) await load(t.url, { duration: 2 })
@@ -283,6 +289,7 @@ async function main () {
       p99: median(rs.map((r) => r.p99)),
       cpuUsPerRequest: median(rs.map((r) => r.cpuUsPerRequest)),
       non2xx: rs.reduce((a, r) => a + r.non2xx, 0),
+      rssAfter1sMb: startRss[t.name],
       idleRssMb: idleRss[t.name],
       loadRssMb: t.pid ? Math.max(...rs.map((r) => r.loadRss)) : undefined
     }]
@@ -326,18 +333,18 @@ async function main () {
     await untilOk(`http://127.0.0.1:${s.port}/`)
     const total = Number(process.hrtime.bigint() - t0) / 1e6
     await sleep(1000)
-    const idle = rssMb(s.child.pid)
+    const after1s = rssMb(s.child.pid)
     // the first start also waits for V8's memory reducer, which runs after some seconds without work
-    let settled
+    let idle
     if (i === 0 && SETTLE_SECONDS > 1) {
       await sleep((SETTLE_SECONDS - 1) * 1000)
-      settled = rssMb(s.child.pid)
+      idle = rssMb(s.child.pid)
     }
     s.child.kill('SIGKILL')
-    startups.push({ totalMs: total, grantMs, excludingGrantMs: total - grantMs, idleRssMb: idle, ...(settled !== undefined && { settledRssMb: settled }) })
+    startups.push({ totalMs: total, grantMs, excludingGrantMs: total - grantMs, rssAfter1sMb: after1s, ...(idle !== undefined && { idleRssMb: idle }) })
   }
-  const startup = { medianMs: median(startups.map((s) => s.excludingGrantMs)), idleRssMb: median(startups.map((s) => s.idleRssMb)), settledRssMb: startups[0]?.settledRssMb ?? null, runs: startups }
-  console.error(`start-up to first proxied 200 (excluding the grant): ${startup.medianMs.toFixed(0)} ms median; idle RSS 1 s later ${startup.idleRssMb?.toFixed(0)} MB${startup.settledRssMb !== null ? `, ${SETTLE_SECONDS} s later ${startup.settledRssMb.toFixed(0)} MB` : ''}`)
+  const startup = { medianMs: median(startups.map((s) => s.excludingGrantMs)), rssAfter1sMb: median(startups.map((s) => s.rssAfter1sMb)), idleRssMb: startups[0]?.idleRssMb ?? null, runs: startups }
+  console.error(`start-up to first proxied 200 (excluding the grant): ${startup.medianMs.toFixed(0)} ms median; RSS 1 s later ${startup.rssAfter1sMb?.toFixed(0)} MB${startup.idleRssMb !== null ? `, idle ${SETTLE_SECONDS} s later ${startup.idleRssMb.toFixed(0)} MB` : ''}`)
 
   const s = summary['auth-sidecar']
   const ratios = {
@@ -378,11 +385,11 @@ function table (r) {
     '',
     `${r.settings.ROUNDS} interleaved rounds × ${r.settings.SECONDS} s × ${r.settings.CONNECTIONS} connections; medians. CPU pinning: ${r.settings.pinning ? 'proxies on core 1, load and upstream on core 0' : 'off'}. Tokens live ${r.settings.TOKEN_SECONDS} s (${r.grants.duringRuns} grants during the rounds).`,
     '',
-    '| target | req/s | p50 ms | p99 ms | proxy CPU µs/req | idle RSS MB | RSS under load MB | non-2xx |',
-    '|---|---|---|---|---|---|---|---|'
+    `| target | req/s | p50 ms | p99 ms | proxy CPU µs/req | RSS 1 s after first request MB | idle RSS (${r.settings.SETTLE_SECONDS} s after) MB | RSS under load MB | non-2xx |`,
+    '|---|---|---|---|---|---|---|---|---|'
   ]
   for (const [name, s] of Object.entries(r.summary)) {
-    lines.push(`| ${name} | ${f(s.rps)} | ${f(s.p50, 1)} | ${f(s.p99, 1)} | ${f(s.cpuUsPerRequest, 1)} | ${f(s.idleRssMb)} | ${f(s.loadRssMb)} | ${s.non2xx} |`)
+    lines.push(`| ${name} | ${f(s.rps)} | ${f(s.p50, 1)} | ${f(s.p99, 1)} | ${f(s.cpuUsPerRequest, 1)} | ${f(s.rssAfter1sMb)} | ${f(s.idleRssMb)} | ${f(s.loadRssMb)} | ${s.non2xx} |`)
   }
   const q = r.ratios
   lines.push('', '| ratio (auth-sidecar to ...) | value |', '|---|---|',
@@ -399,7 +406,7 @@ function table (r) {
   }
   lines.push('', '| token grants | req/s | requests | grants | per 100k requests | per minute |', '|---|---|---|---|---|---|')
   for (const g of r.grants.rates) lines.push(`| at ${g.rate} | ${f(g.rps)} | ${g.requests} | ${g.grants} | ${f(g.grantsPer100k, 1)} | ${f(g.grantsPerMinute, 1)} |`)
-  lines.push('', `Start-up to the first proxied 200, excluding the grant: ${f(r.startup.medianMs)} ms (median of ${r.startup.runs.length}); RSS one second after it: ${f(r.startup.idleRssMb)} MB${r.startup.settledRssMb != null ? `; ${r.settings.SETTLE_SECONDS} s after it (first start): ${f(r.startup.settledRssMb)} MB` : ''}.`, '')
+  lines.push('', `Start-up to the first proxied 200, excluding the grant: ${f(r.startup.medianMs)} ms (median of ${r.startup.runs.length}); RSS one second after it: ${f(r.startup.rssAfter1sMb)} MB${r.startup.idleRssMb != null ? `; idle, ${r.settings.SETTLE_SECONDS} s after it (first start): ${f(r.startup.idleRssMb)} MB` : ''}.`, '')
   return lines.join('\n')
 }
 

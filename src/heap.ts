@@ -74,6 +74,31 @@ export function tuneHeap (
   }
 }
 
+/**
+ * Keeps WebAssembly on V8's baseline compiler, Liftoff: `--liftoff-only`,
+ * set before undici compiles its HTTP/1.1 parser (llhttp, in WebAssembly) on
+ * the first connection. Returns whether it set the flag.
+ *
+ * Why: once the parser is hot, which the token grant and one request
+ * already make it, V8 recompiles its 34 KB main function with TurboFan on a
+ * worker thread. That compile takes about 30 MB of working memory, and in
+ * some starts glibc kept 10 MB of it resident in the worker's arena, pinned
+ * by a few small freed blocks: idle RSS was 64 or 74 MB from one start to the
+ * next (`gdb` `malloc_stats`: 11 MB in that arena, 64 KB of it in use).
+ * TurboFan's code parses a typical response in about 0.5 µs, Liftoff's in
+ * about 1 µs (`node bench/llhttp.mjs`): half a microsecond per request
+ * against 10 MB, so the sidecar keeps Liftoff. JavaScript is unaffected.
+ * An operator's own Liftoff or tiering flag on the command line wins.
+ */
+export function keepWasmOnLiftoff (
+  execArgv: readonly string[] = process.execArgv,
+  setFlags: (flags: string) => void = setFlagsFromString
+): boolean {
+  if (execArgv.some((a) => /^--(no-)?(liftoff|wasm[-_](tier[-_]up|dynamic[-_]tiering))([-_=]|$)/.test(a))) return false
+  setFlags('--liftoff-only')
+  return true
+}
+
 /** Size of the block whose release raises glibc's thresholds (it adjusts them up to 32 MiB). */
 export const MALLOC_THRESHOLD_BYTES = 24 * 1024 * 1024
 

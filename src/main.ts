@@ -1,10 +1,11 @@
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig, type Config } from './config/load.js'
-import { tuneHeap } from './heap.js'
+import { keepWasmOnLiftoff, tuneHeap } from './heap.js'
 import { createLogger } from './logger.js'
 
 tuneHeap()
+keepWasmOnLiftoff()
 
 let config: Config
 try {

@@ -1,6 +1,8 @@
 import { setFlagsFromString } from 'node:v8'
 import t from 'tap'
-import { growingPercentFor, HEADROOM_BYTES, MAX_GROWING_PERCENT, tuneHeap } from '../../src/heap.js'
+import { execFile } from 'node:child_process'
+import { promisify } from 'node:util'
+import { growingPercentFor, HEADROOM_BYTES, keepWasmOnLiftoff, MAX_GROWING_PERCENT, tuneHeap } from '../../src/heap.js'
 
 const MB = 1024 * 1024
 
@@ -54,4 +56,24 @@ t.test('a large declared request body raises the malloc thresholds, once; small 
   noteRequestBody(10 * LARGE_BODY_BYTES)
   t.same(sizes, [MALLOC_THRESHOLD_BYTES], 'one block, released at the next GC')
   t.ok(MALLOC_THRESHOLD_BYTES > 128 * 1024 && MALLOC_THRESHOLD_BYTES <= 32 * 1024 * 1024, "within the range glibc's dynamic threshold follows")
+})
+
+t.test("WebAssembly stays on Liftoff; an operator's own Liftoff or tiering flag wins", async (t) => {
+  const set: string[] = []
+  t.equal(keepWasmOnLiftoff(['--enable-source-maps', '--heap-growing-percent=100'], (f) => set.push(f)), true)
+  t.same(set, ['--liftoff-only'])
+  for (const argv of [['--no-liftoff-only'], ['--liftoff'], ['--no-liftoff'], ['--wasm-tier-up'], ['--wasm_dynamic_tiering'], ['--no-wasm-dynamic-tiering']]) {
+    const none: string[] = []
+    t.equal(keepWasmOnLiftoff(argv, (f) => none.push(f)), false, argv.join(' '))
+    t.same(none, [], argv.join(' '))
+  }
+})
+
+t.test("undici's parser, hot, ends on TurboFan by default and on Liftoff once the sidecar set its flag", async (t) => {
+  // in a child process: the flag is process-wide and cannot be unset
+  const tier = async (...args: string[]): Promise<string> => (await promisify(execFile)(process.execPath, [
+    '--allow-natives-syntax', '--import=./node_modules/@tapjs/typescript/dist/esm/import.mjs', 'test/helpers/wasm-tier.ts', ...args
+  ])).stdout
+  t.equal(await tier(), 'turbofan', "V8's default: the case the flag exists for")
+  t.equal(await tier('--keep-liftoff'), 'liftoff', 'V8 reads --liftoff-only when set at run time')
 })
