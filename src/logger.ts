@@ -44,12 +44,7 @@ export const REDACT_PATHS = [
 /**
  * Log lines are gathered up to 4 KiB and written at least every 100 ms, not
  * one write(2) each: at thousands of requests per second the per-line
- * syscall was a tenth of the proxy's CPU. The writes are synchronous, pino's
- * default: handing each 4 KiB to libuv's thread pool (`sync: false`) cost
- * more than the write itself, 7.8% of the proxy's busy time in the profile
- * against 0.2% (docs/performance.md). Should stdout's reader stall, the
- * proxy waits for it rather than holding an unbounded backlog of lines.
- * pino flushes what is left on exit.
+ * syscall was a tenth of the proxy's CPU.
  */
 const LOG_BUFFER_BYTES = 4096
 const LOG_FLUSH_MS = 100
@@ -64,10 +59,58 @@ export function createLogger (level: LogLevel, destination?: pino.DestinationStr
   }, destination ?? stdout())
 }
 
-function stdout (): pino.DestinationStream {
-  const stream = pino.destination({ sync: true, minLength: LOG_BUFFER_BYTES, periodicFlush: LOG_FLUSH_MS })
-  // pino flushes on exit only the destinations it writes asynchronously;
-  // this one buffers too, and its last lines are often the ones that matter
-  process.once('exit', () => { try { stream.flushSync() } catch {} })
-  return stream
+/** Where a LineBatch writes: sonic-boom, which handles partial writes, EAGAIN and a closed pipe. */
+export interface LineSink {
+  write(data: string): boolean
+}
+
+/**
+ * pino's destination for stdout: lines gathered in an array and written in
+ * one piece once they reach `bytes`, or after `flushMs`.
+ *
+ * Why not sonic-boom's own batching (`minLength`): it appends each line to a
+ * string and measures that string's UTF-8 length on every line, which was
+ * 1.8% of the proxy's busy time in the profile. Why synchronous writes:
+ * handing each batch to libuv's thread pool (`sync: false`) cost more than
+ * the write itself, 7.8% of busy time against 0.2% (docs/performance.md).
+ * Should stdout's reader stall, the proxy waits for it rather than holding
+ * an unbounded backlog, as with pino's default destination.
+ */
+export class LineBatch {
+  #lines: string[] = []
+  #bytes = 0
+  readonly #sink: LineSink
+  readonly #limit: number
+
+  constructor (sink: LineSink, { bytes = LOG_BUFFER_BYTES, flushMs = LOG_FLUSH_MS } = {}) {
+    this.#sink = sink
+    this.#limit = bytes
+    setInterval(() => this.flush(), flushMs).unref()
+  }
+
+  write (line: string): boolean {
+    this.#lines.push(line)
+    this.#bytes += line.length
+    if (this.#bytes >= this.#limit) this.flush()
+    return true
+  }
+
+  /** Writes what is gathered, if anything (pino's `logger.flush()` calls it). */
+  flush (done?: (err?: Error) => void): void {
+    if (this.#bytes > 0) {
+      const data = this.#lines.join('')
+      this.#lines = []
+      this.#bytes = 0
+      this.#sink.write(data)
+    }
+    done?.()
+  }
+}
+
+function stdout (): LineBatch {
+  const batch = new LineBatch(pino.destination({ sync: true }))
+  // a process that exits between two batches keeps its last lines, often
+  // the ones that matter
+  process.once('exit', () => batch.flush())
+  return batch
 }

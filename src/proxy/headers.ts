@@ -84,6 +84,11 @@ export function readClientHeaders (raw: string[]): ClientHeaders {
  * `into`; its `close` and `keep-alive` options name no header.
  */
 function namedIn (value: string, into: Set<string> | undefined): Set<string> | undefined {
+  // what nearly every peer sends names nothing: no split on each request
+  if (value.length <= 10) {
+    const only = value.toLowerCase()
+    if (only === 'keep-alive' || only === 'close') return into
+  }
   for (const token of value.split(',')) {
     const name = token.trim().toLowerCase()
     if (name !== '' && name !== 'close' && name !== 'keep-alive') (into ??= new Set()).add(name)
