@@ -229,6 +229,7 @@ async function main () {
   const upstreamUrl = `http://127.0.0.1:${upstream.info.port}`
   const tokenServer = await launch(0, process.execPath, ['dist/dev-token-server.js'], { TOKEN_SECONDS: String(TOKEN_SECONDS) }, true)
   const bare = await launch(1, process.execPath, ['bench/bare-proxy.mjs'], { UPSTREAM: upstreamUrl })
+  await untilOk(`http://127.0.0.1:${bare.info.port}/`)
   const sidecar = await startSidecar(upstream.info.port, tokenServer)
   await untilOk(`http://127.0.0.1:${sidecar.port}/`)
   let nginx

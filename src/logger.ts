@@ -66,7 +66,8 @@ export interface LineSink {
 
 /**
  * pino's destination for stdout: lines gathered in an array and written in
- * one piece once they reach `bytes`, or after `flushMs`.
+ * one piece once they reach `bytes` (counted as characters: pino's lines
+ * are ASCII but for logged values), or after `flushMs`.
  *
  * Why not sonic-boom's own batching (`minLength`): it appends each line to a
  * string and measures that string's UTF-8 length on every line, which was
