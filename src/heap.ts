@@ -85,10 +85,11 @@ export function tuneHeap (
  * some starts glibc kept 10 MB of it resident in the worker's arena, pinned
  * by a few small freed blocks: idle RSS was 64 or 74 MB from one start to the
  * next (`gdb` `malloc_stats`: 11 MB in that arena, 64 KB of it in use).
- * TurboFan's code parses a typical response in about 0.5 µs, Liftoff's in
- * about 1 µs (`node bench/llhttp.mjs`): half a microsecond per request
- * against 10 MB, so the sidecar keeps Liftoff. JavaScript is unaffected.
- * An operator's own Liftoff or tiering flag on the command line wins.
+ * TurboFan's code parses a typical response in 0.5–0.6 µs, Liftoff's in
+ * 1.2–1.4 µs (`node bench/llhttp.mjs`): under a microsecond per request
+ * against 10 MB, so the sidecar keeps Liftoff, which compiles all of llhttp
+ * on x64 and arm64. JavaScript is unaffected. An operator's own Liftoff or
+ * tiering flag on the command line wins.
  */
 export function keepWasmOnLiftoff (
   execArgv: readonly string[] = process.execArgv,

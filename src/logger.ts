@@ -79,7 +79,7 @@ export interface LineSink {
  */
 export class LineBatch {
   #lines: string[] = []
-  #bytes = 0
+  #chars = 0
   readonly #sink: LineSink
   readonly #limit: number
 
@@ -91,17 +91,17 @@ export class LineBatch {
 
   write (line: string): boolean {
     this.#lines.push(line)
-    this.#bytes += line.length
-    if (this.#bytes >= this.#limit) this.flush()
+    this.#chars += line.length
+    if (this.#chars >= this.#limit) this.flush()
     return true
   }
 
   /** Writes what is gathered, if anything (pino's `logger.flush()` calls it). */
   flush (done?: (err?: Error) => void): void {
-    if (this.#bytes > 0) {
+    if (this.#chars > 0) {
       const data = this.#lines.join('')
       this.#lines = []
-      this.#bytes = 0
+      this.#chars = 0
       this.#sink.write(data)
     }
     done?.()

@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process'
+import { execFile, spawn, type ChildProcess } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { fileURLToPath } from 'node:url'
@@ -9,6 +9,21 @@ import { FakeUpstream } from './upstream.js'
 
 export const root = fileURLToPath(new URL('../..', import.meta.url))
 export const main = `${root}dist/main.js`
+
+/**
+ * Runs TypeScript from the repository in a child process of its own (for
+ * process-wide state: V8 flags, exit handlers), from the repository's root:
+ * `node [nodeArgs] --import <tap's TypeScript loader> args`. Resolves with its
+ * exit code and stdout, whatever the code.
+ */
+export async function runTs (args: string[], nodeArgs: string[] = []): Promise<{ code: number, stdout: string }> {
+  return await new Promise((resolve, reject) => {
+    execFile(process.execPath, [...nodeArgs, `--import=${root}node_modules/@tapjs/typescript/dist/esm/import.mjs`, ...args], { cwd: root }, (err, stdout) => {
+      if (err !== null && typeof err.code !== 'number') reject(err)
+      else resolve({ code: err === null ? 0 : err.code as number, stdout })
+    })
+  })
+}
 
 export async function freePort (): Promise<number> {
   return await new Promise((resolve) => {

@@ -1,8 +1,7 @@
 import { setFlagsFromString } from 'node:v8'
 import t from 'tap'
-import { execFile } from 'node:child_process'
-import { promisify } from 'node:util'
 import { growingPercentFor, HEADROOM_BYTES, keepWasmOnLiftoff, MAX_GROWING_PERCENT, tuneHeap } from '../../src/heap.js'
+import { runTs } from '../helpers/process.js'
 
 const MB = 1024 * 1024
 
@@ -71,9 +70,7 @@ t.test("WebAssembly stays on Liftoff; an operator's own Liftoff or tiering flag 
 
 t.test("undici's parser, hot, ends on TurboFan by default and on Liftoff once the sidecar set its flag", async (t) => {
   // in a child process: the flag is process-wide and cannot be unset
-  const tier = async (...args: string[]): Promise<string> => (await promisify(execFile)(process.execPath, [
-    '--allow-natives-syntax', '--import=./node_modules/@tapjs/typescript/dist/esm/import.mjs', 'test/helpers/wasm-tier.ts', ...args
-  ])).stdout
+  const tier = async (...args: string[]): Promise<string> => (await runTs(['test/helpers/wasm-tier.ts', ...args], ['--allow-natives-syntax'])).stdout
   t.equal(await tier(), 'turbofan', "V8's default: the case the flag exists for")
   t.equal(await tier('--keep-liftoff'), 'liftoff', 'V8 reads --liftoff-only when set at run time')
 })

@@ -1,6 +1,5 @@
-import { execFile } from 'node:child_process'
-import { promisify } from 'node:util'
 import t from 'tap'
+import { runTs } from '../helpers/process.js'
 
 // The sidecar's stdout gathers lines up to 4 KiB before writing them; a
 // process that exits in between must not lose what it logged last.
@@ -12,12 +11,9 @@ t.test('lines still buffered are written when the process exits', async (t) => {
     "log.error({ code: 3 }, 'last words')",
     'process.exit(3)'
   ].join('\n')
-  const run = promisify(execFile)(process.execPath, [
-    '--import=./node_modules/@tapjs/typescript/dist/esm/import.mjs', '--input-type=module', '-e', script
-  ])
-  const err = await run.then(() => undefined, (e: { code: number, stdout: string }) => e)
-  t.equal(err?.code, 3, 'the exit code the process chose')
-  const lines = (err?.stdout ?? '').trim().split('\n').map((l) => JSON.parse(l) as { msg: string })
+  const { code, stdout } = await runTs(['--input-type=module', '-e', script])
+  t.equal(code, 3, 'the exit code the process chose')
+  const lines = stdout.trim().split('\n').map((l) => JSON.parse(l) as { msg: string })
   t.same(lines.map((l) => l.msg), ['first', 'last words'])
 })
 
