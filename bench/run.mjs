@@ -211,10 +211,15 @@ function streamDownload (port, mb) {
   })
 }
 
+/** The work's result, with the process's peak RSS and CPU time during it (NaN without a pid). */
 async function peakDuring (pid, work) {
+  if (pid === undefined) return { value: await work(), peak: NaN, cpuMs: NaN }
   let peak = rssMb(pid)
+  const ticks = cpuTicks(pid)
   const t = setInterval(() => { peak = Math.max(peak, rssMb(pid)) }, 25)
-  try { return { value: await work(), peak } } finally { clearInterval(t); peak = Math.max(peak, rssMb(pid)) }
+  const value = await work()
+  clearInterval(t)
+  return { value, peak: Math.max(peak, rssMb(pid)), cpuMs: (cpuTicks(pid) - ticks) * 1000 / CLK_TCK }
 }
 
 async function main () {
@@ -229,6 +234,7 @@ async function main () {
   const upstreamUrl = `http://127.0.0.1:${upstream.info.port}`
   const tokenServer = await launch(0, process.execPath, ['dist/dev-token-server.js'], { TOKEN_SECONDS: String(TOKEN_SECONDS) }, true)
   const bare = await launch(1, process.execPath, ['bench/bare-proxy.mjs'], { UPSTREAM: upstreamUrl })
+  const pipe = ONLY.has('stream') ? await launch(1, process.execPath, ['bench/node-pipe.mjs'], { UPSTREAM: upstreamUrl }) : undefined
   await untilOk(`http://127.0.0.1:${bare.info.port}/`)
   const sidecar = await startSidecar(upstream.info.port, tokenServer)
   await untilOk(`http://127.0.0.1:${sidecar.port}/`)
@@ -296,20 +302,25 @@ async function main () {
     }]
   }))
 
-  // streaming, interleaved like the rounds, one transfer at a time
-  const streamRuns = Object.fromEntries(targets.map((t) => [t.name, []]))
+  // streaming, interleaved like the rounds, one transfer at a time; the raw
+  // Node pipe shows what moving the bytes through Node's sockets costs by itself
+  const streamTargets = pipe ? [...targets.slice(0, 2), { name: 'node-pipe', url: `http://127.0.0.1:${pipe.info.port}`, pid: pipe.child.pid }, ...targets.slice(2)] : targets
+  const streamRuns = Object.fromEntries(streamTargets.map((t) => [t.name, []]))
+  const gigabytes = STREAM_MB / 1024
   for (let rep = 1; rep <= (ONLY.has('stream') ? STREAM_REPS : 0); rep++) {
-    for (const t of targets) {
+    for (const t of streamTargets) {
       const port = Number(new URL(t.url).port)
-      const up = t.pid ? await peakDuring(t.pid, () => streamUpload(port, STREAM_MB)) : { value: await streamUpload(port, STREAM_MB), peak: NaN }
-      const down = t.pid ? await peakDuring(t.pid, () => streamDownload(port, STREAM_MB)) : { value: await streamDownload(port, STREAM_MB), peak: NaN }
-      streamRuns[t.name].push({ up: up.value, down: down.value, peak: Math.max(up.peak, down.peak) })
-      console.error(`stream ${rep} ${t.name.padEnd(12)} up ${up.value.toFixed(0)} MB/s  down ${down.value.toFixed(0)} MB/s${t.pid ? `  peak RSS ${Math.max(up.peak, down.peak).toFixed(0)} MB` : ''}`)
+      const up = await peakDuring(t.pid, () => streamUpload(port, STREAM_MB))
+      const down = await peakDuring(t.pid, () => streamDownload(port, STREAM_MB))
+      streamRuns[t.name].push({ up: up.value, down: down.value, upCpuMsPerGb: up.cpuMs / gigabytes, downCpuMsPerGb: down.cpuMs / gigabytes, peak: Math.max(up.peak, down.peak) })
+      console.error(`stream ${rep} ${t.name.padEnd(12)} up ${up.value.toFixed(0)} MB/s  down ${down.value.toFixed(0)} MB/s${t.pid ? `  cpu ${(up.cpuMs / gigabytes).toFixed(0)} / ${(down.cpuMs / gigabytes).toFixed(0)} ms/GB  peak RSS ${Math.max(up.peak, down.peak).toFixed(0)} MB` : ''}`)
     }
   }
   const streaming = Object.fromEntries(Object.entries(streamRuns).filter(([, rs]) => rs.length > 0).map(([name, rs]) => [name, {
     uploadMBps: median(rs.map((r) => r.up)),
     downloadMBps: median(rs.map((r) => r.down)),
+    uploadCpuMsPerGb: median(rs.map((r) => r.upCpuMsPerGb)),
+    downloadCpuMsPerGb: median(rs.map((r) => r.downCpuMsPerGb)),
     peakRssMb: Math.max(...rs.map((r) => r.peak))
   }]))
 
@@ -355,7 +366,8 @@ async function main () {
     cpuToBareProxy: s.cpuUsPerRequest / summary['bare-proxy'].cpuUsPerRequest,
     cpuToNginx: summary.nginx ? s.cpuUsPerRequest / summary.nginx.cpuUsPerRequest : null,
     uploadToNginx: streaming.nginx ? streaming['auth-sidecar'].uploadMBps / streaming.nginx.uploadMBps : null,
-    downloadToNginx: streaming.nginx ? streaming['auth-sidecar'].downloadMBps / streaming.nginx.downloadMBps : null
+    downloadToNginx: streaming.nginx ? streaming['auth-sidecar'].downloadMBps / streaming.nginx.downloadMBps : null,
+    uploadToNodePipe: streaming['node-pipe'] ? streaming['auth-sidecar'].uploadMBps / streaming['node-pipe'].uploadMBps : null
   }
 
   const result = {
@@ -380,7 +392,7 @@ async function main () {
 }
 
 function table (r) {
-  const f = (x, d = 0) => (x === undefined || x === null || Number.isNaN(x)) ? 'n/a' : x.toFixed(d)
+  const f = (x, d = 0) => (typeof x !== 'number' || !Number.isFinite(x)) ? 'n/a' : x.toFixed(d)
   const lines = [
     `# auth-sidecar benchmark (${r.date}, Node ${r.node})`,
     '',
@@ -400,10 +412,11 @@ function table (r) {
     `| CPU per request / bare proxy | ${f(q.cpuToBareProxy, 2)} |`,
     `| CPU per request / nginx | ${f(q.cpuToNginx, 2)} |`,
     `| upload MB/s / nginx | ${f(q.uploadToNginx, 2)} |`,
-    `| download MB/s / nginx | ${f(q.downloadToNginx, 2)} |`)
-  lines.push('', `| streaming ${r.settings.STREAM_MB} MB (median of ${r.settings.STREAM_REPS}) | upload MB/s | download MB/s | peak RSS MB |`, '|---|---|---|---|')
+    `| download MB/s / nginx | ${f(q.downloadToNginx, 2)} |`,
+    `| upload MB/s / raw Node pipe | ${f(q.uploadToNodePipe, 2)} |`)
+  lines.push('', `| streaming ${r.settings.STREAM_MB} MB (median of ${r.settings.STREAM_REPS}) | upload MB/s | download MB/s | proxy CPU ms/GB up | proxy CPU ms/GB down | peak RSS MB |`, '|---|---|---|---|---|---|')
   for (const [name, s] of Object.entries(r.streaming)) {
-    lines.push(`| ${name} | ${f(s.uploadMBps)} | ${f(s.downloadMBps)} | ${f(s.peakRssMb)} |`)
+    lines.push(`| ${name} | ${f(s.uploadMBps)} | ${f(s.downloadMBps)} | ${f(s.uploadCpuMsPerGb)} | ${f(s.downloadCpuMsPerGb)} | ${f(s.peakRssMb)} |`)
   }
   lines.push('', '| token grants | req/s | requests | grants | per 100k requests | per minute |', '|---|---|---|---|---|---|')
   for (const g of r.grants.rates) lines.push(`| at ${g.rate} | ${f(g.rps)} | ${g.requests} | ${g.grants} | ${f(g.grantsPer100k, 1)} | ${f(g.grantsPerMinute, 1)} |`)
