@@ -217,9 +217,10 @@ async function peakDuring (pid, work) {
   let peak = rssMb(pid)
   const ticks = cpuTicks(pid)
   const t = setInterval(() => { peak = Math.max(peak, rssMb(pid)) }, 25)
-  const value = await work()
-  clearInterval(t)
-  return { value, peak: Math.max(peak, rssMb(pid)), cpuMs: (cpuTicks(pid) - ticks) * 1000 / CLK_TCK }
+  try {
+    const value = await work()
+    return { value, peak: Math.max(peak, rssMb(pid)), cpuMs: (cpuTicks(pid) - ticks) * 1000 / CLK_TCK }
+  } finally { clearInterval(t) }
 }
 
 async function main () {
