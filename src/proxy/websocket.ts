@@ -22,6 +22,14 @@ function sendableCode (code: number): number {
   return code
 }
 
+/** `ws`, loaded on the first upgrade: most sidecars never see one, and it costs 40 ms at start-up. */
+interface WsModule { WebSocket: typeof WebSocket, WebSocketServer: typeof WebSocketServer }
+let wsModule: Promise<WsModule> | undefined
+// ws's readyState values (WebSocket is imported as a type only)
+const OPEN = 1
+const CONNECTING = 0
+const CLOSED = 3
+
 /**
  * WebSocket upgrades (SPEC §3.4): the upstream handshake carries the
  * sidecar's Authorization and the client's subprotocols; the client's
@@ -29,13 +37,6 @@ function sendableCode (code: number): number {
  * upstream chose. Messages, pings and close codes are relayed; an abnormal
  * upstream close reaches the client as a close frame (1014, bad gateway).
  */
-/** `ws`, loaded on the first upgrade: most sidecars never see one, and it costs 40 ms at start-up. */
-interface WsModule { WebSocket: typeof WebSocket, WebSocketServer: typeof WebSocketServer }
-let wsModule: Promise<WsModule> | undefined
-const OPEN = 1
-const CONNECTING = 0
-const CLOSED = 3
-
 export class WebSocketProxy {
   readonly #o: WebSocketProxyOptions
   #wss: WebSocketServer | undefined
