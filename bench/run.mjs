@@ -3,8 +3,17 @@
 // a static Authorization header (the peer), interleaved A B C D A B C D ...
 // so that the machine's noise falls on all of them alike.
 //
-// Settings (environment): BENCH_ROUNDS (5), BENCH_SECONDS per target and
-// round (5), BENCH_CONNECTIONS (32), BENCH_STREAM_MB (1024), BENCH_STREAM_REPS
+// One process of a kind against one other cannot resolve 10% here (two
+// identical processes differed by 10-15% for a whole run; PITFALLS): each
+// Node proxy runs as BENCH_PROCS processes, every process gets one slice of
+// load per round, the order turns each round, and a variant's cost is the
+// median of all its slices; the spread of its processes' own medians is
+// printed beside it.
+//
+// Settings (environment): BENCH_ROUNDS (8), BENCH_SECONDS per slice (3),
+// BENCH_PROCS (3 processes per Node proxy), BENCH_PREVIOUS (the main.js of
+// an earlier build, measured as a fourth variant "previous"),
+// BENCH_CONNECTIONS (32), BENCH_STREAM_MB (1024), BENCH_STREAM_REPS
 // (3), BENCH_TOKEN_SECONDS
 // (access token lifetime during the run, 10), BENCH_GRANT_SECONDS (20, for
 // the grants-per-request runs), BENCH_STARTS (5 start-up measurements),
@@ -24,8 +33,10 @@ import autocannon from 'autocannon'
 
 const root = fileURLToPath(new URL('..', import.meta.url))
 const env = (name, fallback) => Number(process.env[name] ?? fallback)
-const ROUNDS = env('BENCH_ROUNDS', 5)
-const SECONDS = env('BENCH_SECONDS', 5)
+const ROUNDS = env('BENCH_ROUNDS', 8)
+const SECONDS = env('BENCH_SECONDS', 3)
+const PROCS = env('BENCH_PROCS', 3)
+const PREVIOUS = process.env.BENCH_PREVIOUS
 const CONNECTIONS = env('BENCH_CONNECTIONS', 32)
 const STREAM_MB = env('BENCH_STREAM_MB', 1024)
 const STREAM_REPS = env('BENCH_STREAM_REPS', 3)
@@ -106,9 +117,9 @@ function tokenServerGrants (tokenServer) {
   })
 }
 
-async function startSidecar (upstreamPort, tokenServer, core = 1) {
+async function startSidecar (upstreamPort, tokenServer, core = 1, main = 'dist/main.js') {
   const [proxyPort, adminPort] = [await freePort(), await freePort()]
-  const [c, a] = onCore(core, process.execPath, [...NODE_FLAGS, 'dist/main.js'])
+  const [c, a] = onCore(core, process.execPath, [...NODE_FLAGS, main])
   const child = spawn(c, a, {
     cwd: root,
     env: {
@@ -234,23 +245,30 @@ async function main () {
   const upstream = await launch(0, process.execPath, ['bench/upstream.mjs'])
   const upstreamUrl = `http://127.0.0.1:${upstream.info.port}`
   const tokenServer = await launch(0, process.execPath, ['dist/dev-token-server.js'], { TOKEN_SECONDS: String(TOKEN_SECONDS) }, true)
-  const bare = await launch(1, process.execPath, ['bench/bare-proxy.mjs'], { UPSTREAM: upstreamUrl })
+  const times = (n, f) => Promise.all(Array.from({ length: n }, (_, i) => f(i)))
+  const bares = await times(PROCS, () => launch(1, process.execPath, ['bench/bare-proxy.mjs'], { UPSTREAM: upstreamUrl }))
   const pipe = ONLY.has('stream') ? await launch(1, process.execPath, ['bench/node-pipe.mjs'], { UPSTREAM: upstreamUrl }) : undefined
-  await untilOk(`http://127.0.0.1:${bare.info.port}/`)
-  const sidecar = await startSidecar(upstream.info.port, tokenServer)
-  await untilOk(`http://127.0.0.1:${sidecar.port}/`)
+  for (const b of bares) await untilOk(`http://127.0.0.1:${b.info.port}/`)
+  const sidecars = await times(PROCS, () => startSidecar(upstream.info.port, tokenServer))
+  for (const s of sidecars) await untilOk(`http://127.0.0.1:${s.port}/`)
+  const previous = PREVIOUS === undefined ? [] : await times(PROCS, () => startSidecar(upstream.info.port, tokenServer, 1, PREVIOUS))
+  for (const s of previous) await untilOk(`http://127.0.0.1:${s.port}/`)
   let nginx
   if (nginxBin !== undefined) {
     nginx = startNginx(upstream.info.port, await freePort())
     await untilOk(`http://127.0.0.1:${nginx.port}/`)
   }
 
+  // a target is one process; a variant is a kind of proxy
   const targets = [
-    { name: 'direct', url: upstreamUrl, pid: undefined },
-    { name: 'bare-proxy', url: `http://127.0.0.1:${bare.info.port}`, pid: bare.child.pid },
-    { name: 'auth-sidecar', url: `http://127.0.0.1:${sidecar.port}`, pid: sidecar.child.pid },
-    ...(nginx ? [{ name: 'nginx', url: `http://127.0.0.1:${nginx.port}`, pid: nginxWorkerPid(nginx.child.pid) }] : [])
+    { variant: 'direct', name: 'direct', url: upstreamUrl, pid: undefined },
+    ...bares.map((b, i) => ({ variant: 'bare-proxy', name: `bare-proxy#${i + 1}`, url: `http://127.0.0.1:${b.info.port}`, pid: b.child.pid })),
+    ...sidecars.map((s, i) => ({ variant: 'auth-sidecar', name: `auth-sidecar#${i + 1}`, url: `http://127.0.0.1:${s.port}`, pid: s.child.pid })),
+    ...previous.map((s, i) => ({ variant: 'previous', name: `previous#${i + 1}`, url: `http://127.0.0.1:${s.port}`, pid: s.child.pid })),
+    ...(nginx ? [{ variant: 'nginx', name: 'nginx', url: `http://127.0.0.1:${nginx.port}`, pid: nginxWorkerPid(nginx.child.pid) }] : [])
   ]
+  const variants = [...new Set(targets.map((t) => t.variant))]
+  const firstOf = (variant) => targets.find((t) => t.variant === variant)
 
   // memory 1 s after one request each, and idle: once V8's memory reducer
   // has run (it waits about 8 s for a quiet spell), SETTLE_SECONDS after
@@ -267,7 +285,9 @@ async function main () {
   const grantsBefore = await tokenServerGrants(tokenServer)
   let sidecarRequests = 0
   for (let round = 1; round <= (ONLY.has('load') ? ROUNDS : 0); round++) {
-    for (const t of targets) {
+    // the order turns each round: no process always follows the same one
+    const order = targets.map((_, i) => targets[(i + round - 1) % targets.length])
+    for (const t of order) {
       const before = t.pid ? cpuTicks(t.pid) : 0
       let peak = t.pid ? rssMb(t.pid) : 0
       const sampler = t.pid ? setInterval(() => { peak = Math.max(peak, rssMb(t.pid)) }, 100) : undefined
@@ -275,7 +295,7 @@ async function main () {
       clearInterval(sampler)
       const ticks = t.pid ? cpuTicks(t.pid) - before : NaN
       const requests = r.requests.total
-      if (t.name === 'auth-sidecar') sidecarRequests += requests
+      if (t.variant === 'auth-sidecar') sidecarRequests += requests
       runs[t.name].push({
         rps: r.requests.average,
         p50: r.latency.p50,
@@ -284,28 +304,35 @@ async function main () {
         non2xx: r.non2xx + r.errors,
         loadRss: peak
       })
-      console.error(`round ${round} ${t.name.padEnd(12)} ${Math.round(r.requests.average)} req/s  p50 ${r.latency.p50} ms  p99 ${r.latency.p99} ms${t.pid ? `  cpu ${runs[t.name].at(-1).cpuUsPerRequest.toFixed(1)} µs/req` : ''}${r.non2xx + r.errors ? `  NON-2XX ${r.non2xx + r.errors}` : ''}`)
+      console.error(`round ${round} ${t.name.padEnd(15)} ${Math.round(r.requests.average)} req/s  p50 ${r.latency.p50} ms  p99 ${r.latency.p99} ms${t.pid ? `  cpu ${runs[t.name].at(-1).cpuUsPerRequest.toFixed(1)} µs/req` : ''}${r.non2xx + r.errors ? `  NON-2XX ${r.non2xx + r.errors}` : ''}`)
     }
   }
   const grantsDuringRuns = (await tokenServerGrants(tokenServer)) - grantsBefore
 
-  const summary = Object.fromEntries(targets.map((t) => {
-    const rs = runs[t.name]
-    return [t.name, {
+  const summary = Object.fromEntries(variants.map((variant) => {
+    const procs = targets.filter((t) => t.variant === variant)
+    const rs = procs.flatMap((t) => runs[t.name])
+    const perProcess = procs.map((t) => median(runs[t.name].map((r) => r.cpuUsPerRequest)))
+    return [variant, {
+      processes: procs.length,
       rps: median(rs.map((r) => r.rps)),
       p50: median(rs.map((r) => r.p50)),
       p99: median(rs.map((r) => r.p99)),
       cpuUsPerRequest: median(rs.map((r) => r.cpuUsPerRequest)),
+      cpuUsPerRequestByProcess: perProcess,
       non2xx: rs.reduce((a, r) => a + r.non2xx, 0),
-      rssAfter1sMb: startRss[t.name],
-      idleRssMb: idleRss[t.name],
-      loadRssMb: t.pid ? Math.max(...rs.map((r) => r.loadRss)) : undefined
+      rssAfter1sMb: median(procs.map((t) => startRss[t.name])),
+      idleRssMb: median(procs.map((t) => idleRss[t.name])),
+      loadRssMb: procs[0].pid ? Math.max(...rs.map((r) => r.loadRss)) : undefined
     }]
   }))
 
   // streaming, interleaved like the rounds, one transfer at a time; the raw
   // Node pipe shows what moving the bytes through Node's sockets costs by itself
-  const streamTargets = pipe ? [...targets.slice(0, 2), { name: 'node-pipe', url: `http://127.0.0.1:${pipe.info.port}`, pid: pipe.child.pid }, ...targets.slice(2)] : targets
+  const streamTargets = ['direct', 'bare-proxy', ...(pipe ? ['node-pipe'] : []), 'auth-sidecar', 'previous', 'nginx']
+    .map((v) => v === 'node-pipe' ? { name: 'node-pipe', url: `http://127.0.0.1:${pipe.info.port}`, pid: pipe.child.pid } : firstOf(v))
+    .filter((t) => t !== undefined)
+    .map((t) => ({ ...t, name: t.variant ?? t.name }))
   const streamRuns = Object.fromEntries(streamTargets.map((t) => [t.name, []]))
   const gigabytes = STREAM_MB / 1024
   for (let rep = 1; rep <= (ONLY.has('stream') ? STREAM_REPS : 0); rep++) {
@@ -329,7 +356,7 @@ async function main () {
   const grantRates = []
   for (const rate of ONLY.has('grants') ? [500, undefined] : []) {
     const g0 = await tokenServerGrants(tokenServer)
-    const r = await autocannon({ url: targets[2].url, connections: CONNECTIONS, duration: GRANT_SECONDS, ...(rate ? { overallRate: rate } : {}) })
+    const r = await autocannon({ url: firstOf('auth-sidecar').url, connections: CONNECTIONS, duration: GRANT_SECONDS, ...(rate ? { overallRate: rate } : {}) })
     const grants = (await tokenServerGrants(tokenServer)) - g0
     grantRates.push({ rate: rate ? `${rate} req/s` : 'unbounded', rps: r.requests.average, requests: r.requests.total, grants, grantsPer100k: grants / r.requests.total * 100_000, grantsPerMinute: grants / GRANT_SECONDS * 60 })
     console.error(`grants at ${rate ?? 'unbounded'} req/s: ${grants} in ${GRANT_SECONDS} s over ${r.requests.total} requests`)
@@ -360,7 +387,14 @@ async function main () {
   console.error(`start-up to first proxied 200 (excluding the grant): ${startup.medianMs.toFixed(0)} ms median; RSS 1 s later ${startup.rssAfter1sMb?.toFixed(0)} MB${startup.idleRssMb !== null ? `, idle ${SETTLE_SECONDS} s later ${startup.idleRssMb.toFixed(0)} MB` : ''}`)
 
   const s = summary['auth-sidecar']
+  // the range of the ratio over the processes' own medians: how far noise alone moves it
+  const spread = (a, b) => summary[a] && summary[b]
+    ? [Math.min(...summary[a].cpuUsPerRequestByProcess) / Math.max(...summary[b].cpuUsPerRequestByProcess), Math.max(...summary[a].cpuUsPerRequestByProcess) / Math.min(...summary[b].cpuUsPerRequestByProcess)]
+    : null
   const ratios = {
+    cpuToBareProxySpread: spread('auth-sidecar', 'bare-proxy'),
+    cpuToPrevious: summary.previous ? s.cpuUsPerRequest / summary.previous.cpuUsPerRequest : null,
+    cpuToPreviousSpread: spread('auth-sidecar', 'previous'),
     throughputToDirect: s.rps / summary.direct.rps,
     throughputToBareProxy: s.rps / summary['bare-proxy'].rps,
     throughputToNginx: summary.nginx ? s.rps / summary.nginx.rps : null,
@@ -374,7 +408,7 @@ async function main () {
   const result = {
     date: new Date().toISOString(),
     node: process.version,
-    settings: { ROUNDS, SECONDS, CONNECTIONS, STREAM_MB, STREAM_REPS, TOKEN_SECONDS, GRANT_SECONDS, STARTS, SETTLE_SECONDS, pinning },
+    settings: { ROUNDS, SECONDS, PROCS, NODE_FLAGS: NODE_FLAGS.join(' '), CONNECTIONS, STREAM_MB, STREAM_REPS, TOKEN_SECONDS, GRANT_SECONDS, STARTS, SETTLE_SECONDS, pinning },
     summary,
     ratios,
     streaming,
@@ -397,20 +431,22 @@ function table (r) {
   const lines = [
     `# auth-sidecar benchmark (${r.date}, Node ${r.node})`,
     '',
-    `${r.settings.ROUNDS} interleaved rounds × ${r.settings.SECONDS} s × ${r.settings.CONNECTIONS} connections; medians. CPU pinning: ${r.settings.pinning ? 'proxies on core 1, load and upstream on core 0' : 'off'}. Tokens live ${r.settings.TOKEN_SECONDS} s (${r.grants.duringRuns} grants during the rounds).`,
+    `${r.settings.ROUNDS} interleaved rounds × ${r.settings.SECONDS} s × ${r.settings.CONNECTIONS} connections, ${r.settings.PROCS} processes per Node proxy (one slice each per round, order turned each round); medians of all slices.${r.settings.NODE_FLAGS ? ` Sidecar started with \`${r.settings.NODE_FLAGS}\`.` : ''} CPU pinning: ${r.settings.pinning ? 'proxies on core 1, load and upstream on core 0' : 'off'}. Tokens live ${r.settings.TOKEN_SECONDS} s (${r.grants.duringRuns} grants during the rounds).`,
     '',
-    `| target | req/s | p50 ms | p99 ms | proxy CPU µs/req | RSS 1 s after first request MB | idle RSS (${r.settings.SETTLE_SECONDS} s after) MB | RSS under load MB | non-2xx |`,
-    '|---|---|---|---|---|---|---|---|---|'
+    `| target | req/s | p50 ms | p99 ms | proxy CPU µs/req | each process's median | RSS 1 s after first request MB | idle RSS (${r.settings.SETTLE_SECONDS} s after) MB | RSS under load MB | non-2xx |`,
+    '|---|---|---|---|---|---|---|---|---|---|'
   ]
   for (const [name, s] of Object.entries(r.summary)) {
-    lines.push(`| ${name} | ${f(s.rps)} | ${f(s.p50, 1)} | ${f(s.p99, 1)} | ${f(s.cpuUsPerRequest, 1)} | ${f(s.rssAfter1sMb)} | ${f(s.idleRssMb)} | ${f(s.loadRssMb)} | ${s.non2xx} |`)
+    lines.push(`| ${name} | ${f(s.rps)} | ${f(s.p50, 1)} | ${f(s.p99, 1)} | ${f(s.cpuUsPerRequest, 1)} | ${s.cpuUsPerRequestByProcess.map((x) => f(x, 1)).join(' / ')} | ${f(s.rssAfter1sMb)} | ${f(s.idleRssMb)} | ${f(s.loadRssMb)} | ${s.non2xx} |`)
   }
+  const range = (x) => x === null ? '' : ` (${f(x[0], 2)}–${f(x[1], 2)} over the processes' medians)`
   const q = r.ratios
   lines.push('', '| ratio (auth-sidecar to ...) | value |', '|---|---|',
     `| throughput / direct | ${f(q.throughputToDirect, 2)} |`,
     `| throughput / bare proxy | ${f(q.throughputToBareProxy, 2)} |`,
     `| throughput / nginx | ${f(q.throughputToNginx, 2)} |`,
-    `| CPU per request / bare proxy | ${f(q.cpuToBareProxy, 2)} |`,
+    `| CPU per request / bare proxy | ${f(q.cpuToBareProxy, 2)}${range(q.cpuToBareProxySpread)} |`,
+    `| CPU per request / previous design | ${f(q.cpuToPrevious, 2)}${range(q.cpuToPreviousSpread)} |`,
     `| CPU per request / nginx | ${f(q.cpuToNginx, 2)} |`,
     `| upload MB/s / nginx | ${f(q.uploadToNginx, 2)} |`,
     `| download MB/s / nginx | ${f(q.downloadToNginx, 2)} |`,

@@ -1,19 +1,18 @@
-import type { IncomingMessage, Server, ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import type { Agent, Dispatcher } from 'undici'
+import type { FastifyInstance } from 'fastify'
+import type { Dispatcher } from 'undici'
 import type pino from 'pino'
-import { createAdminServer } from './admin/server.js'
+import { buildAdmin } from './admin/server.js'
 import { createMetrics, type Metrics } from './admin/metrics.js'
 import { CredentialStore } from './config/credentials.js'
 import type { Config } from './config/load.js'
-import { requestIdOf, startedAt } from './proxy/forward.js'
-import { createProxyServer } from './proxy/server.js'
+import { createDispatcher } from './dispatcher.js'
+import { buildProxy } from './proxy/server.js'
 import { BasicAuthorization } from './token/basic.js'
 import type { Clock } from './token/clock.js'
 import type { PostForm } from './token/grant.js'
 import { createPostForm } from './token/http.js'
 import { TokenManager, type AuthorizationSource } from './token/manager.js'
-import { EnvHttpProxyAgent, UndiciAgent, UndiciPool } from './undici.js'
 
 export interface AppDeps {
   logger: pino.Logger
@@ -23,8 +22,8 @@ export interface AppDeps {
 }
 
 export interface App {
-  proxy: Server
-  admin: Server
+  proxy: FastifyInstance
+  admin: FastifyInstance
   tokens: AuthorizationSource
   metrics: Metrics
   /** Starts the token lifecycle and both listeners; resolves with their addresses. */
@@ -34,10 +33,10 @@ export interface App {
 }
 
 /** Builds the proxy and admin servers without listening (SPEC §3, §5). */
-export function buildApp (config: Config, deps: AppDeps): App {
+export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   const { logger } = deps
   const credentials = new CredentialStore(config.credentials)
-  const upstreamDispatcher = createDispatcher(config, config.upstream.origin, {
+  const upstreamDispatcher = createDispatcher(config.egress, config.upstream.origin, {
     connections: config.upstream.connections,
     keepAliveTimeout: config.upstream.keepAliveMs,
     keepAliveMaxTimeout: config.upstream.keepAliveMs,
@@ -51,7 +50,7 @@ export function buildApp (config: Config, deps: AppDeps): App {
   if (config.auth.mode === 'oauth2') {
     let post = deps.post
     if (post === undefined) {
-      tokenDispatcher = createDispatcher(config, undefined, { connections: 2, keepAliveTimeout: 4_000 })
+      tokenDispatcher = createDispatcher(config.egress, undefined, { connections: 2, keepAliveTimeout: 4_000 })
       post = createPostForm(tokenDispatcher)
     }
     tokens = new TokenManager({
@@ -73,31 +72,23 @@ export function buildApp (config: Config, deps: AppDeps): App {
   // The access log has fixed, secret-free fields: a child without redaction
   // keeps its cost off every request.
   const accessLog = proxyLog.child({}, { redact: [] })
-  const { server: proxy, closeWebSockets } = createProxyServer({
+  const { app: proxy, closeWebSockets } = await buildProxy({
     origin: config.upstream.origin,
     basePath: config.upstream.basePath,
     dispatcher: upstreamDispatcher,
     tokens,
     log: proxyLog,
-    onResponse (req: IncomingMessage, res: ServerResponse, status: number) {
-      const ms = performance.now() - startedAt(req)
-      const url = req.url ?? ''
-      const q = url.indexOf('?')
-      accessLog.info({
-        requestId: requestIdOf(req),
-        method: req.method,
-        path: q === -1 ? url : url.slice(0, q),
-        status: res.writableFinished ? status : 499,
-        durationMs: Math.round(ms * 10) / 10
-      }, 'request')
-      metrics.request(status, ms / 1000)
+    onResponse (line) {
+      accessLog.info(line, 'request')
+      metrics.request(line.status, line.durationMs / 1000)
     }
   })
 
   let closing = false
   let closed: Promise<void> | undefined
-  const admin = createAdminServer({
+  const admin = buildAdmin({
     registry: metrics.registry,
+    log: logger.child({ component: 'admin' }),
     notReadyReason: () => {
       if (closing) return 'shutting down'
       return tokens.ready() ? undefined : 'no valid access token'
@@ -106,25 +97,25 @@ export function buildApp (config: Config, deps: AppDeps): App {
 
   async function shutdown (graceMs: number): Promise<void> {
     closing = true
-    const drained = new Promise<void>((resolve) => proxy.close(() => resolve()))
+    const server = proxy.server
     closeWebSockets()
-    // Idle kept-alive connections close now; busy ones when their answer is
-    // done (Node marks them `Connection: close` once the server is closing).
-    proxy.closeIdleConnections()
-    const idle = setInterval(() => proxy.closeIdleConnections(), 100)
+    // Fastify's close stops accepting and closes idle kept-alive connections;
+    // busy ones close once their answer is done (Node answers with
+    // `Connection: close` once the server is closing). Connections that
+    // turn idle later are closed as they do.
+    const idle = setInterval(() => server.closeIdleConnections(), 100)
     const force = setTimeout(() => {
       logger.warn({ graceMs }, 'shutdown grace period over: closing the remaining connections')
-      proxy.closeAllConnections()
+      server.closeAllConnections()
     }, graceMs)
     try {
-      await drained
+      await proxy.close()
     } finally {
       clearInterval(idle)
       clearTimeout(force)
       tokens.stop()
       credentials.close()
-      admin.closeAllConnections()
-      await new Promise<void>((resolve) => admin.close(() => resolve()))
+      await admin.close()
       await Promise.all([upstreamDispatcher.close(), tokenDispatcher?.close()])
     }
   }
@@ -136,33 +127,13 @@ export function buildApp (config: Config, deps: AppDeps): App {
     metrics,
     async listen () {
       tokens.start()
-      await listenOn(admin, config.admin.port, config.admin.host)
-      await listenOn(proxy, config.proxy.port, config.proxy.host)
-      return { proxy: proxy.address() as AddressInfo, admin: admin.address() as AddressInfo }
+      await admin.listen({ port: config.admin.port, host: config.admin.host, listenTextResolver: (address) => `admin endpoints on ${address}` })
+      await proxy.listen({ port: config.proxy.port, host: config.proxy.host, listenTextResolver: (address) => `proxy on ${address}` })
+      return { proxy: proxy.server.address() as AddressInfo, admin: admin.server.address() as AddressInfo }
     },
     close (graceMs = config.shutdownGraceMs) {
       closed ??= shutdown(graceMs)
       return closed
     }
   }
-}
-
-function listenOn (server: Server, port: number, host: string): Promise<void> {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject)
-    server.listen(port, host, () => { server.off('error', reject); resolve() })
-  })
-}
-
-/**
- * An undici dispatcher that verifies TLS and honours the egress proxy
- * settings; for a single origin without a proxy, a Pool (no per-request
- * origin lookup).
- */
-function createDispatcher (config: Config, origin: string | undefined, options: Agent.Options): Dispatcher {
-  const { httpProxy, httpsProxy, noProxy } = config.egress
-  if (httpProxy === undefined && httpsProxy === undefined) {
-    return origin === undefined ? new UndiciAgent(options) : new UndiciPool(origin, options)
-  }
-  return new EnvHttpProxyAgent({ ...options, httpProxy: httpProxy ?? '', httpsProxy: httpsProxy ?? '', noProxy: noProxy ?? '' })
 }

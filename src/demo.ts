@@ -29,7 +29,7 @@ const config = loadConfig({
   LOG_LEVEL: process.env.LOG_LEVEL ?? 'info'
 }, { cwd: new URL('.', import.meta.url).pathname })
 const logger = createLogger(config.logLevel)
-const app = buildApp(config, { logger })
+const app = await buildApp(config, { logger })
 const { proxy, admin } = await app.listen()
 
 const stop = async (): Promise<void> => {

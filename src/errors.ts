@@ -7,7 +7,8 @@ export const ERRORS = {
   token_unavailable: { status: 503, message: 'no valid access token is available; retry later' },
   upstream_unreachable: { status: 502, message: 'the upstream could not be reached or closed the connection' },
   upstream_timeout: { status: 504, message: 'the upstream did not answer in time' },
-  bad_request: { status: 400, message: 'the request target is not allowed' }
+  bad_request: { status: 400, message: 'the request target is not allowed' },
+  internal_error: { status: 500, message: 'the sidecar failed to handle the request' }
 } as const
 
 export type ErrorCode = keyof typeof ERRORS

@@ -1,11 +1,7 @@
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig, type Config } from './config/load.js'
-import { keepWasmOnLiftoff, tuneHeap } from './heap.js'
 import { createLogger } from './logger.js'
-
-tuneHeap()
-keepWasmOnLiftoff()
 
 let config: Config
 try {
@@ -17,7 +13,7 @@ try {
 }
 
 const logger = createLogger(config.logLevel)
-const app = buildApp(config, { logger })
+const app = await buildApp(config, { logger })
 
 closeWithGrace({
   // app.close() cuts the remaining connections after the grace period;

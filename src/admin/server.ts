@@ -1,41 +1,47 @@
-import { createServer, type Server } from 'node:http'
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify'
+import type pino from 'pino'
 import type { Registry } from 'prom-client'
 
 export interface AdminOptions {
   registry: Registry
   /** undefined when ready, else why not */
   notReadyReason(): string | undefined
+  log: pino.Logger
 }
 
 /**
- * Liveness, readiness and metrics (SPEC §5) on their own port, as a bare
- * node:http server: three fixed routes need no framework on the start-up path.
+ * Liveness, readiness and metrics (SPEC §5) on their own listener, so that
+ * probes keep answering whatever the proxy port is doing.
  */
-export function createAdminServer (opts: AdminOptions): Server {
-  return createServer((req, res) => {
-    const path = (req.url ?? '/').split('?', 1)[0]
-    if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, { error: 'method_not_allowed' })
-    switch (path) {
-      case '/healthz':
-        return send(res, 200, { status: 'ok' })
-      case '/readyz': {
-        const reason = opts.notReadyReason()
-        return reason === undefined ? send(res, 200, { status: 'ready' }) : send(res, 503, { status: 'not_ready', reason })
-      }
-      case '/metrics':
-        opts.registry.metrics().then((text) => {
-          res.writeHead(200, { 'content-type': opts.registry.contentType })
-          res.end(req.method === 'HEAD' ? undefined : text)
-        }, () => send(res, 500, { error: 'metrics_failed' }))
-        return
-      default:
-        return send(res, 404, { error: 'not_found' })
-    }
+export function buildAdmin (opts: AdminOptions): FastifyInstance {
+  const app = Fastify({
+    loggerInstance: opts.log as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true }),
+    childLoggerFactory: (logger) => logger,
+    frameworkErrors: (_err, _request, reply) => { send(reply, 400, { error: 'bad_request' }) }
   })
+  app.get('/healthz', (_request, reply) => { send(reply, 200, { status: 'ok' }) })
+  app.get('/readyz', (_request, reply) => {
+    const reason = opts.notReadyReason()
+    if (reason === undefined) send(reply, 200, { status: 'ready' })
+    else send(reply, 503, { status: 'not_ready', reason })
+  })
+  app.get('/metrics', async (_request, reply) => {
+    const text = await opts.registry.metrics()
+    reply.header('content-type', opts.registry.contentType)
+    return text
+  })
+  app.setNotFoundHandler((request, reply) => {
+    if (request.method !== 'GET' && request.method !== 'HEAD') send(reply, 405, { error: 'method_not_allowed' })
+    else send(reply, 404, { error: 'not_found' })
+  })
+  app.setErrorHandler((err: Error, _request, reply) => {
+    opts.log.error({ err: { type: err.name, message: err.message } }, 'admin endpoint failed')
+    send(reply, 500, { error: 'internal_error' })
+  })
+  return app
 }
 
-function send (res: import('node:http').ServerResponse, status: number, body: object): void {
-  const text = JSON.stringify(body)
-  res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text) })
-  res.end(text)
+function send (reply: FastifyReply, status: number, body: object): void {
+  reply.code(status).header('content-type', 'application/json; charset=utf-8').send(JSON.stringify(body))
 }

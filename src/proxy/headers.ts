@@ -1,6 +1,7 @@
 /**
- * Header rules of the proxy (SPEC §3.2, §3.6), on Node's flat `rawHeaders`
- * arrays: one pass per message, no intermediate objects.
+ * Header rules of the proxy (SPEC §3.2, §3.6): for HTTP on the header
+ * objects @fastify/reply-from hands its hooks, for WebSocket handshakes on
+ * Node's flat `rawHeaders`.
  */
 
 /**
@@ -26,6 +27,49 @@ export interface ForwardingInfo {
   clientIp: string | undefined
 }
 
+/** Header values as Node and undici hold them. */
+export type HeaderValues = Record<string, string | string[] | number | undefined>
+
+/**
+ * The headers of the request sent upstream, from @fastify/reply-from's copy
+ * of the client's (`rewriteRequestHeaders`): reply-from has already removed
+ * `Connection` and every header it names, so `Connection: authorization`
+ * cannot remove what is set here. A new object is built rather than the copy
+ * changed in place (PITFALLS: adding properties to it measured 3.4 µs).
+ */
+export function upstreamRequestHeaders (headers: HeaderValues, clientHost: string | undefined, info: ForwardingInfo): HeaderValues {
+  const out: HeaderValues = {}
+  for (const name in headers) {
+    if (!DROP_REQUEST.has(name)) out[name] = headers[name]
+  }
+  out.host = info.host
+  out.authorization = info.authorization
+  out['x-forwarded-proto'] = 'http'
+  out['x-request-id'] = info.requestId
+  if (info.clientIp !== undefined) {
+    const before = headers['x-forwarded-for']
+    out['x-forwarded-for'] = before === undefined ? info.clientIp : `${String(before)}, ${info.clientIp}`
+  }
+  if (clientHost !== undefined) out['x-forwarded-host'] = clientHost
+  return out
+}
+
+/**
+ * The upstream's response headers as relayed to the client: without
+ * hop-by-hop headers or those its `Connection` names, with the request id.
+ */
+export function relayedResponseHeaders (headers: HeaderValues, requestId: string): HeaderValues {
+  const connection = headers.connection
+  const named = connection === undefined ? undefined : namedIn(String(connection), undefined)
+  const out: HeaderValues = {}
+  for (const name in headers) {
+    if (DROP_RESPONSE.has(name) || name === 'x-request-id' || named?.has(name) === true) continue
+    out[name] = headers[name]
+  }
+  out['x-request-id'] = requestId
+  return out
+}
+
 /** What one pass over the client's headers found. */
 export interface ClientHeaders {
   /** flat [name, value, ...] list for undici */
@@ -39,7 +83,7 @@ export interface ClientHeaders {
 }
 
 /** Request ids from the client are kept when they look like ids. */
-const REQUEST_ID = /^[\w\-.:@/+=]{1,128}$/
+export const REQUEST_ID = /^[\w\-.:@/+=]{1,128}$/
 
 /**
  * Splits the client's headers into those forwarded and those the sidecar
@@ -96,40 +140,14 @@ function namedIn (value: string, into: Set<string> | undefined): Set<string> | u
   return into
 }
 
-/** Appends the sidecar's own headers to `headers` (in place). */
-export function pushForwardingHeaders (headers: string[], client: ClientHeaders, info: ForwardingInfo): string[] {
+/** Appends the sidecar's own headers to a flat header list (in place). */
+function pushForwardingHeaders (headers: string[], client: ClientHeaders, info: ForwardingInfo): string[] {
   headers.push('host', info.host, 'authorization', info.authorization, 'x-forwarded-proto', 'http', 'x-request-id', info.requestId)
   if (info.clientIp !== undefined) {
     headers.push('x-forwarded-for', client.forwardedFor === undefined ? info.clientIp : `${client.forwardedFor}, ${info.clientIp}`)
   }
   if (client.host !== undefined) headers.push('x-forwarded-host', client.host)
   return headers
-}
-
-/**
- * The upstream's response headers (undici's Buffer pairs) as a flat string
- * list for `writeHead`, without hop-by-hop headers or those its `Connection`
- * names.
- */
-export function responseHeaders (raw: Buffer[], requestId: string): string[] {
-  const out: string[] = []
-  let connectionNamed: Set<string> | undefined
-  for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i]!.toString('latin1').toLowerCase()
-    if (DROP_RESPONSE.has(name)) {
-      if (name === 'connection') connectionNamed = namedIn(raw[i + 1]!.toString('latin1'), connectionNamed)
-      continue
-    }
-    if (name === 'x-request-id') continue
-    out.push(name, raw[i + 1]!.toString('latin1'))
-  }
-  if (connectionNamed !== undefined) {
-    for (let i = out.length - 2; i >= 0; i -= 2) {
-      if (connectionNamed.has(out[i]!)) out.splice(i, 2)
-    }
-  }
-  out.push('x-request-id', requestId)
-  return out
 }
 
 /** The handshake's own headers, which the WebSocket client to the upstream writes itself. */

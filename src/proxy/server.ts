@@ -1,26 +1,267 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
-import { createForwarder, type ForwardOptions } from './forward.js'
+import { randomUUID } from 'node:crypto'
+import { METHODS, type IncomingMessage } from 'node:http'
+import httpProxy from '@fastify/http-proxy'
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
+import type pino from 'pino'
+import type { Dispatcher } from 'undici'
+import { errorBody, ERRORS, TokenUnavailableError, type ErrorCode } from '../errors.js'
+import type { AuthorizationSource } from '../token/manager.js'
+import { isConfined } from './confine.js'
+import { REQUEST_ID, relayedResponseHeaders, upstreamRequestHeaders, type HeaderValues } from './headers.js'
 import { WebSocketProxy } from './websocket.js'
 
+export interface ProxyOptions {
+  /** `scheme://host[:port]` of BASE_URL */
+  origin: string
+  /** BASE_URL's path without the trailing slash, '' for none */
+  basePath: string
+  /** verifies TLS; closed by whoever created it */
+  dispatcher: Dispatcher
+  tokens: AuthorizationSource
+  log: pino.Logger
+  /** the access log: one call per request, answered or abandoned */
+  onResponse: (line: AccessLine) => void
+}
+
+export interface AccessLine {
+  requestId: string
+  method: string
+  /** the request target without its query */
+  path: string
+  /** 499: the client left before the answer was complete */
+  status: number
+  durationMs: number
+}
+
 export interface ProxyServer {
-  server: Server
-  /** Closes the open WebSockets (the HTTP side drains through server.close()). */
+  app: FastifyInstance
+  /** Closes the open WebSockets (the HTTP side drains through the server's close). */
   closeWebSockets(): void
 }
 
+/** TRACE would echo the injected Authorization header back to the client; CONNECT never reaches a route. */
+const REFUSED_METHODS = new Set(['TRACE', 'CONNECT'])
+/** Idempotent methods without a body may be sent again when a pooled socket turned out dead. */
+const RETRYABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
+/** The errors of a kept-alive socket that the upstream closed under the request. */
+const STALE_SOCKET_ERRORS = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE'])
+/** Every method Node parses, but those refused: SPEC §3.1 forwards any method. */
+const FORWARDED_METHODS = METHODS.filter((m) => !REFUSED_METHODS.has(m))
+
+// Per-request state, declared up front with decorateRequest so that every
+// request object keeps one shape.
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** the Authorization header value sent upstream */
+    sidecarAuthorization: string
+    /** the upstream path http-proxy computed, for a replay */
+    sidecarDestination: string
+    sidecarReplayed: boolean
+    /** performance.now() on arrival, for the line of an abandoned request */
+    sidecarStarted: number
+  }
+}
+
 /**
- * The proxy's listener: a bare node:http server whose every request goes to
- * the forwarder, and whose upgrades go to the WebSocket proxy. No framework
- * sits on this path: see docs/performance.md for the measurements.
+ * The proxy listener (SPEC §3): a Fastify server whose every route is
+ * @fastify/http-proxy over the sidecar's own undici dispatcher. What the
+ * plugin's defaults get wrong for us is set here, each with its test:
+ * TLS verification (test/e2e/tls.test.ts), errors and retries
+ * (test/proxy/errors.test.ts, upstream-faults.test.ts), confinement
+ * (confinement.test.ts), timeouts, the 401 replay (upstream-401.test.ts).
  */
-export function createProxyServer (opts: ForwardOptions): ProxyServer {
-  const forward = createForwarder(opts)
-  const server = createServer({
-    // A long upload is not cut by Node's whole-request timeout; stalled
-    // headers still are (headersTimeout).
-    requestTimeout: 0
-  }, forward as (req: IncomingMessage, res: ServerResponse) => void)
-  const ws = new WebSocketProxy(opts)
-  server.on('upgrade', ws.upgrade)
-  return { server, closeWebSockets: () => ws.close() }
+export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
+  const upstreamHost = new URL(o.origin).host
+  const app = Fastify({
+    loggerInstance: o.log as FastifyBaseLogger,
+    // Fastify's two lines per request cost 6 µs with their serializers; the
+    // sidecar writes one line of its own (PITFALLS, "where a request's CPU goes").
+    logController: new LogController({ disableRequestLogging: true }),
+    // no child logger per request: no request-bound field is logged through it
+    childLoggerFactory: (logger) => logger,
+    genReqId: requestIdOf,
+    // A long upload is not cut by a whole-request timeout; slow headers are
+    // (Node's headersTimeout, 60 s).
+    requestTimeout: 0,
+    // Requests already on kept-alive connections when SIGTERM comes are
+    // served, not answered 503: drain first, close after (PITFALLS, Kubernetes).
+    return503OnClosing: false,
+    exposeHeadRoutes: false,
+    routerOptions: { maxParamLength: 65_535 },
+    frameworkErrors: (err, request, reply) => {
+      o.log.debug({ requestId: request.id, code: (err as { code?: string }).code }, 'request refused by the router')
+      sendError(reply, 'bad_request')
+    }
+  })
+  for (const method of FORWARDED_METHODS) {
+    if (!app.supportedMethods.includes(method)) app.addHttpMethod(method, { hasBody: true })
+  }
+  app.decorateRequest('sidecarAuthorization', '')
+  app.decorateRequest('sidecarDestination', '')
+  app.decorateRequest('sidecarReplayed', false)
+  app.decorateRequest('sidecarStarted', 0)
+
+  // Before the plugin sees anything: its own checks let `//host/x` and
+  // double-encoded dot segments through and normalise `/a/./b` (PITFALLS).
+  // Then the token: rewriteRequestHeaders is synchronous, so the header must
+  // be at hand before the request is proxied.
+  app.addHook('onRequest', function confineAndAuthorize (request, reply, done) {
+    request.sidecarStarted = performance.now()
+    const raw = request.raw
+    if (!isConfined(raw.url ?? '')) return sendError(reply, 'bad_request')
+    if (REFUSED_METHODS.has(raw.method ?? '')) return sendError(reply, 'bad_request', 405)
+    const header = o.tokens.current()
+    if (header !== undefined) {
+      request.sidecarAuthorization = header
+      return done()
+    }
+    o.tokens.authorization().then((h) => {
+      request.sidecarAuthorization = h
+      done()
+    }, (err: unknown) => tokenUnavailable(reply, err))
+  })
+
+  app.addHook('onResponse', function accessLog (request, reply, done) {
+    o.onResponse(accessLine(request, reply.statusCode, reply.elapsedTime))
+    done()
+  })
+  app.addHook('onRequestAbort', function abandoned (request, done) {
+    o.onResponse(accessLine(request, 499, performance.now() - request.sidecarStarted))
+    done()
+  })
+
+  app.setErrorHandler((err: Error & { statusCode?: number }, request, reply) => {
+    if (err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500) {
+      return sendError(reply, 'bad_request', err.statusCode === 405 ? 405 : 400)
+    }
+    request.log.error({ requestId: request.id, err: { type: err.name, code: (err as { code?: string }).code } }, 'internal error')
+    sendError(reply, 'internal_error')
+  })
+
+  /** http-proxy's reply options (ours, with its header rewriting), for a replay */
+  let routeOptions: object | undefined
+  await app.register(httpProxy, {
+    upstream: o.origin + o.basePath,
+    httpMethods: FORWARDED_METHODS,
+    // The sidecar's pool: TLS verified, UPSTREAM_TIMEOUT_MS for the response
+    // headers and UPSTREAM_IDLE_TIMEOUT_MS for silence in a body, which one
+    // `timeout` option would conflate (PITFALLS).
+    undici: o.dispatcher as never,
+    disableRequestLogging: true,
+    // Location is relayed as the upstream wrote it.
+    internalRewriteLocationHeader: false,
+    // WebSockets stay with the sidecar's own upgrade handler (below).
+    websocket: false,
+    handler (request, reply, dest, options) {
+      request.sidecarDestination = dest
+      routeOptions = options
+      return reply.from(dest, options)
+    },
+    replyOptions: {
+      rewriteRequestHeaders (request, headers) {
+        const h = headers as HeaderValues
+        // Fastify does not read a GET or HEAD body, so none is sent: the
+        // upstream must not wait for one.
+        if (request.method === 'GET' || request.method === 'HEAD') h['content-length'] = undefined
+        return upstreamRequestHeaders(h, request.raw.headers.host, {
+          authorization: request.sidecarAuthorization,
+          host: upstreamHost,
+          requestId: request.id,
+          clientIp: request.raw.socket.remoteAddress
+        }) as Record<string, string>
+      },
+      rewriteHeaders (headers, request) {
+        return relayedResponseHeaders(headers as HeaderValues, (request as FastifyRequest).id) as Record<string, string>
+      },
+      // Only a stale pooled socket, once, for a bodiless idempotent request;
+      // reply-from's default retries a GET answered 503 ten times.
+      retryDelay ({ err, req, attempt }) {
+        if (attempt > 0 || err == null) return null
+        const code = (err as { code?: string }).code ?? ''
+        const body = (req as { body?: unknown } | undefined)?.body
+        if (!STALE_SOCKET_ERRORS.has(code) || !RETRYABLE_METHODS.has(req?.method ?? '') || (body != null && body !== '')) return null
+        return 1 // ms; reply-from takes 0 for "no retry"
+      },
+      onResponse (request, reply, res) {
+        const stream = res.stream as NodeJS.ReadableStream & { destroy(): void }
+        if (reply.sent) return stream.destroy() // an invalid status code was already answered 502
+        if (res.statusCode === 401) return upstreamRejected(request as FastifyRequest, reply as FastifyReply, res.stream)
+        reply.send(res.stream)
+      },
+      onError (reply, { error }) {
+        const cause = (error as { cause?: { code?: string } }).cause
+        const code = cause?.code ?? (error as { code?: string }).code
+        const timedOut = code === 'UND_ERR_HEADERS_TIMEOUT' || (error as { statusCode?: number }).statusCode === 504
+        o.log.warn({ requestId: reply.request.id, upstreamError: code ?? error.name }, 'upstream request failed')
+        sendError(reply as FastifyReply, timedOut ? 'upstream_timeout' : 'upstream_unreachable')
+      }
+    }
+  })
+
+  /**
+   * Upstream 401 (SPEC §3.8): the token is dropped and renewed (once per
+   * rejected token, in the token manager); a request without a body is sent
+   * once more with the new token, one with a body gets the 401.
+   */
+  function upstreamRejected (request: FastifyRequest, reply: FastifyReply, body: unknown): void {
+    o.tokens.rejected(request.sidecarAuthorization)
+    if (request.sidecarReplayed || hasBody(request.raw.headers as HeaderValues)) {
+      reply.send(body)
+      return
+    }
+    request.sidecarReplayed = true
+    ;(body as NodeJS.ReadableStream).resume()
+    // nothing of the 401 may leak into the replay's answer
+    for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name)
+    o.tokens.authorization().then((header) => {
+      request.sidecarAuthorization = header
+      reply.from(request.sidecarDestination, routeOptions)
+    }, (err: unknown) => tokenUnavailable(reply, err))
+  }
+
+  const ws = new WebSocketProxy({ origin: o.origin, basePath: o.basePath, tokens: o.tokens, log: o.log })
+  // The plugin's WebSocket support completes the client's handshake before
+  // it connects upstream and offers the upstream only one subprotocol, so an
+  // upstream 401 reaches the client as 101 then close 1011 (PITFALLS). The
+  // sidecar's own handler answers the client with the upstream's verdict.
+  app.server.on('upgrade', ws.upgrade)
+  return { app, closeWebSockets: () => ws.close() }
+}
+
+/** The client's X-Request-Id when it looks like an id, else a new one. */
+function requestIdOf (req: IncomingMessage): string {
+  const id = req.headers['x-request-id']
+  return typeof id === 'string' && REQUEST_ID.test(id) ? id : randomUUID()
+}
+
+function hasBody (headers: HeaderValues): boolean {
+  const length = headers['content-length']
+  return headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0')
+}
+
+function accessLine (request: FastifyRequest, status: number, ms: number): AccessLine {
+  const url = request.raw.url ?? ''
+  const q = url.indexOf('?')
+  return {
+    requestId: request.id,
+    method: request.raw.method ?? '',
+    path: q === -1 ? url : url.slice(0, q),
+    status,
+    durationMs: Math.round(ms * 10) / 10
+  }
+}
+
+function tokenUnavailable (reply: FastifyReply, err: unknown): void {
+  const seconds = err instanceof TokenUnavailableError ? err.retryAfterSeconds : 1
+  sendError(reply, 'token_unavailable', undefined, String(seconds))
+}
+
+/** The sidecar's own answers (SPEC §3.7): JSON, no internal detail. */
+function sendError (reply: FastifyReply, code: ErrorCode, status: number = ERRORS[code].status, retryAfter?: string): void {
+  if (reply.sent || reply.raw.headersSent) return
+  reply.code(status)
+  reply.header('content-type', 'application/json; charset=utf-8')
+  reply.header('x-request-id', reply.request.id)
+  if (retryAfter !== undefined) reply.header('retry-after', retryAfter)
+  reply.send(errorBody(code))
 }

@@ -49,7 +49,7 @@ export async function build (t: Test, env: Record<string, string> = {}, tokenOpt
     ...env
   }, { cwd: '/nonexistent' })
   const log = captureLogger()
-  const app = buildApp(config, { logger: log.logger })
+  const app = await buildApp(config, { logger: log.logger })
   const { proxy, admin } = await app.listen()
   t.teardown(async () => {
     await app.close(500)
