@@ -19,7 +19,14 @@ COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
 
 FROM ${NODE_IMAGE}
-ENV NODE_ENV=production
+# GLIBC_TUNABLES and the V8 option below are start-up settings, measured in
+# docs/performance.md ("Start-up options"): freed upload buffers stay in
+# malloc's heap for the next ones instead of being returned to the kernel and
+# faulted in again; WebAssembly (undici's HTTP parser) stays on its baseline
+# compiler, so the optimising compile's working memory never lands in the heap
+# the first setting keeps.
+ENV NODE_ENV=production \
+    GLIBC_TUNABLES=glibc.malloc.trim_threshold=134217728
 WORKDIR /app
 COPY --from=deps /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
@@ -30,4 +37,4 @@ EXPOSE 8080 9090
 # No curl in the image: node itself asks the admin port.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.ADMIN_PORT || 9090) + '/healthz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
-ENTRYPOINT ["node", "dist/main.js"]
+ENTRYPOINT ["node", "--wasm-tiering-budget=2147483647", "dist/main.js"]

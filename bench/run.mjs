@@ -30,6 +30,7 @@ import { availableParallelism, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import autocannon from 'autocannon'
+import { IMAGE_GLIBC_TUNABLES, IMAGE_NODE_FLAGS } from './image-options.mjs'
 
 const root = fileURLToPath(new URL('..', import.meta.url))
 const env = (name, fallback) => Number(process.env[name] ?? fallback)
@@ -47,7 +48,10 @@ const STARTS = env('BENCH_STARTS', 5)
 const SETTLE_SECONDS = env('BENCH_SETTLE_SECONDS', 15)
 /** BENCH_ONLY=startup (or load, stream, grants, comma-separated) runs only those parts. */
 const ONLY = new Set((process.env.BENCH_ONLY ?? 'load,stream,grants,startup').split(','))
-const NODE_FLAGS = (process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean)
+// The sidecar runs as the image starts it; BENCH_NODE_FLAGS and
+// BENCH_GLIBC_TUNABLES replace those options ('' for none).
+const NODE_FLAGS = (process.env.BENCH_NODE_FLAGS ?? IMAGE_NODE_FLAGS).split(' ').filter(Boolean)
+const GLIBC_TUNABLES = process.env.BENCH_GLIBC_TUNABLES ?? IMAGE_GLIBC_TUNABLES
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim())
 
 const which = (cmd) => { try { return execFileSync('which', [cmd], { encoding: 'utf8' }).trim() } catch { return undefined } }
@@ -119,11 +123,14 @@ function tokenServerGrants (tokenServer) {
 
 async function startSidecar (upstreamPort, tokenServer, core = 1, main = 'dist/main.js') {
   const [proxyPort, adminPort] = [await freePort(), await freePort()]
-  const [c, a] = onCore(core, process.execPath, [...NODE_FLAGS, main])
+  // an earlier build runs as it was run then, without today's start-up options
+  const asImage = main === 'dist/main.js'
+  const [c, a] = onCore(core, process.execPath, [...(asImage ? NODE_FLAGS : []), main])
   const child = spawn(c, a, {
     cwd: root,
     env: {
       PATH: process.env.PATH,
+      ...(asImage && GLIBC_TUNABLES !== '' && { GLIBC_TUNABLES }),
       BASE_URL: `http://127.0.0.1:${upstreamPort}`,
       AUTH_URL: tokenServer.info.url,
       AUTH_CLIENT_ID: 'legacy-app',
@@ -224,13 +231,15 @@ function streamDownload (port, mb) {
 
 /** The work's result, with the process's peak RSS and CPU time during it (NaN without a pid). */
 async function peakDuring (pid, work) {
-  if (pid === undefined) return { value: await work(), peak: NaN, cpuMs: NaN }
-  let peak = rssMb(pid)
+  if (pid === undefined) return { value: await work(), peak: NaN, growth: NaN, cpuMs: NaN }
+  const start = rssMb(pid)
+  let peak = start
   const ticks = cpuTicks(pid)
   const t = setInterval(() => { peak = Math.max(peak, rssMb(pid)) }, 25)
   try {
     const value = await work()
-    return { value, peak: Math.max(peak, rssMb(pid)), cpuMs: (cpuTicks(pid) - ticks) * 1000 / CLK_TCK }
+    peak = Math.max(peak, rssMb(pid))
+    return { value, peak, growth: peak - start, cpuMs: (cpuTicks(pid) - ticks) * 1000 / CLK_TCK }
   } finally { clearInterval(t) }
 }
 
@@ -340,7 +349,7 @@ async function main () {
       const port = Number(new URL(t.url).port)
       const up = await peakDuring(t.pid, () => streamUpload(port, STREAM_MB))
       const down = await peakDuring(t.pid, () => streamDownload(port, STREAM_MB))
-      streamRuns[t.name].push({ up: up.value, down: down.value, upCpuMsPerGb: up.cpuMs / gigabytes, downCpuMsPerGb: down.cpuMs / gigabytes, peak: Math.max(up.peak, down.peak) })
+      streamRuns[t.name].push({ up: up.value, down: down.value, upCpuMsPerGb: up.cpuMs / gigabytes, downCpuMsPerGb: down.cpuMs / gigabytes, peak: Math.max(up.peak, down.peak), growth: Math.max(up.growth, down.growth) })
       console.error(`stream ${rep} ${t.name.padEnd(12)} up ${up.value.toFixed(0)} MB/s  down ${down.value.toFixed(0)} MB/s${t.pid ? `  cpu ${(up.cpuMs / gigabytes).toFixed(0)} / ${(down.cpuMs / gigabytes).toFixed(0)} ms/GB  peak RSS ${Math.max(up.peak, down.peak).toFixed(0)} MB` : ''}`)
     }
   }
@@ -349,8 +358,14 @@ async function main () {
     downloadMBps: median(rs.map((r) => r.down)),
     uploadCpuMsPerGb: median(rs.map((r) => r.upCpuMsPerGb)),
     downloadCpuMsPerGb: median(rs.map((r) => r.downCpuMsPerGb)),
-    peakRssMb: Math.max(...rs.map((r) => r.peak))
+    peakRssMb: Math.max(...rs.map((r) => r.peak)),
+    peakGrowthMb: Math.max(...rs.map((r) => r.growth))
   }]))
+
+  // Grants and start-up are measured with no other Node proxy on core 1:
+  // the others' timers and renewals would be counted in or slow them down.
+  for (const t of targets) if (t.pid !== undefined && t !== firstOf('auth-sidecar') && t.variant !== 'nginx') process.kill(t.pid, 'SIGKILL')
+  if (pipe) pipe.child.kill('SIGKILL')
 
   // token grants at two request rates
   const grantRates = []
@@ -361,6 +376,8 @@ async function main () {
     grantRates.push({ rate: rate ? `${rate} req/s` : 'unbounded', rps: r.requests.average, requests: r.requests.total, grants, grantsPer100k: grants / r.requests.total * 100_000, grantsPerMinute: grants / GRANT_SECONDS * 60 })
     console.error(`grants at ${rate ?? 'unbounded'} req/s: ${grants} in ${GRANT_SECONDS} s over ${r.requests.total} requests`)
   }
+
+  process.kill(firstOf('auth-sidecar').pid, 'SIGKILL')
 
   // start-up to the first proxied 200, less the grant's own time
   const startups = []
@@ -391,7 +408,17 @@ async function main () {
   const spread = (a, b) => summary[a] && summary[b]
     ? [Math.min(...summary[a].cpuUsPerRequestByProcess) / Math.max(...summary[b].cpuUsPerRequestByProcess), Math.max(...summary[a].cpuUsPerRequestByProcess) / Math.min(...summary[b].cpuUsPerRequestByProcess)]
     : null
+  // the same ratio round by round (each round's slices lie within a minute of
+  // each other, so slow drifts of the machine cancel out): median and range
+  const byRound = (a, b) => {
+    if (!summary[a] || !summary[b] || runs[targets[0].name].length === 0) return null
+    const slice = (variant, r) => median(targets.filter((t) => t.variant === variant).map((t) => runs[t.name][r]?.cpuUsPerRequest))
+    const rs = runs[targets[0].name].map((_, r) => slice(a, r) / slice(b, r))
+    return { median: median(rs), min: Math.min(...rs), max: Math.max(...rs) }
+  }
   const ratios = {
+    cpuToBareProxyByRound: byRound('auth-sidecar', 'bare-proxy'),
+    cpuToPreviousByRound: byRound('auth-sidecar', 'previous'),
     cpuToBareProxySpread: spread('auth-sidecar', 'bare-proxy'),
     cpuToPrevious: summary.previous ? s.cpuUsPerRequest / summary.previous.cpuUsPerRequest : null,
     cpuToPreviousSpread: spread('auth-sidecar', 'previous'),
@@ -408,7 +435,7 @@ async function main () {
   const result = {
     date: new Date().toISOString(),
     node: process.version,
-    settings: { ROUNDS, SECONDS, PROCS, NODE_FLAGS: NODE_FLAGS.join(' '), CONNECTIONS, STREAM_MB, STREAM_REPS, TOKEN_SECONDS, GRANT_SECONDS, STARTS, SETTLE_SECONDS, pinning },
+    settings: { ROUNDS, SECONDS, PROCS, NODE_FLAGS: NODE_FLAGS.join(' '), GLIBC_TUNABLES, CONNECTIONS, STREAM_MB, STREAM_REPS, TOKEN_SECONDS, GRANT_SECONDS, STARTS, SETTLE_SECONDS, pinning },
     summary,
     ratios,
     streaming,
@@ -431,7 +458,7 @@ function table (r) {
   const lines = [
     `# auth-sidecar benchmark (${r.date}, Node ${r.node})`,
     '',
-    `${r.settings.ROUNDS} interleaved rounds × ${r.settings.SECONDS} s × ${r.settings.CONNECTIONS} connections, ${r.settings.PROCS} processes per Node proxy (one slice each per round, order turned each round); medians of all slices.${r.settings.NODE_FLAGS ? ` Sidecar started with \`${r.settings.NODE_FLAGS}\`.` : ''} CPU pinning: ${r.settings.pinning ? 'proxies on core 1, load and upstream on core 0' : 'off'}. Tokens live ${r.settings.TOKEN_SECONDS} s (${r.grants.duringRuns} grants during the rounds).`,
+    `${r.settings.ROUNDS} interleaved rounds × ${r.settings.SECONDS} s × ${r.settings.CONNECTIONS} connections, ${r.settings.PROCS} processes per Node proxy (one slice each per round, order turned each round); medians of all slices.${r.settings.NODE_FLAGS || r.settings.GLIBC_TUNABLES ? ` Sidecar started as the image starts it: \`${r.settings.GLIBC_TUNABLES ? `GLIBC_TUNABLES=${r.settings.GLIBC_TUNABLES} ` : ''}node ${r.settings.NODE_FLAGS}\`.` : ''} CPU pinning: ${r.settings.pinning ? 'proxies on core 1, load and upstream on core 0' : 'off'}. Tokens live ${r.settings.TOKEN_SECONDS} s (${r.grants.duringRuns} grants during the rounds).`,
     '',
     `| target | req/s | p50 ms | p99 ms | proxy CPU µs/req | each process's median | RSS 1 s after first request MB | idle RSS (${r.settings.SETTLE_SECONDS} s after) MB | RSS under load MB | non-2xx |`,
     '|---|---|---|---|---|---|---|---|---|---|'
@@ -446,14 +473,16 @@ function table (r) {
     `| throughput / bare proxy | ${f(q.throughputToBareProxy, 2)} |`,
     `| throughput / nginx | ${f(q.throughputToNginx, 2)} |`,
     `| CPU per request / bare proxy | ${f(q.cpuToBareProxy, 2)}${range(q.cpuToBareProxySpread)} |`,
+    `| the same, round by round | ${q.cpuToBareProxyByRound ? `median ${f(q.cpuToBareProxyByRound.median, 2)}, ${f(q.cpuToBareProxyByRound.min, 2)}–${f(q.cpuToBareProxyByRound.max, 2)}` : 'n/a'} |`,
     `| CPU per request / previous design | ${f(q.cpuToPrevious, 2)}${range(q.cpuToPreviousSpread)} |`,
+    `| the same, round by round | ${q.cpuToPreviousByRound ? `median ${f(q.cpuToPreviousByRound.median, 2)}, ${f(q.cpuToPreviousByRound.min, 2)}–${f(q.cpuToPreviousByRound.max, 2)}` : 'n/a'} |`,
     `| CPU per request / nginx | ${f(q.cpuToNginx, 2)} |`,
     `| upload MB/s / nginx | ${f(q.uploadToNginx, 2)} |`,
     `| download MB/s / nginx | ${f(q.downloadToNginx, 2)} |`,
     `| upload MB/s / raw Node pipe | ${f(q.uploadToNodePipe, 2)} |`)
-  lines.push('', `| streaming ${r.settings.STREAM_MB} MB (median of ${r.settings.STREAM_REPS}) | upload MB/s | download MB/s | proxy CPU ms/GB up | proxy CPU ms/GB down | peak RSS MB |`, '|---|---|---|---|---|---|')
+  lines.push('', `| streaming ${r.settings.STREAM_MB} MB (median of ${r.settings.STREAM_REPS}) | upload MB/s | download MB/s | proxy CPU ms/GB up | proxy CPU ms/GB down | peak RSS MB | peak growth in a transfer MB |`, '|---|---|---|---|---|---|---|')
   for (const [name, s] of Object.entries(r.streaming)) {
-    lines.push(`| ${name} | ${f(s.uploadMBps)} | ${f(s.downloadMBps)} | ${f(s.uploadCpuMsPerGb)} | ${f(s.downloadCpuMsPerGb)} | ${f(s.peakRssMb)} |`)
+    lines.push(`| ${name} | ${f(s.uploadMBps)} | ${f(s.downloadMBps)} | ${f(s.uploadCpuMsPerGb)} | ${f(s.downloadCpuMsPerGb)} | ${f(s.peakRssMb)} | ${f(s.peakGrowthMb)} |`)
   }
   lines.push('', '| token grants | req/s | requests | grants | per 100k requests | per minute |', '|---|---|---|---|---|---|')
   for (const g of r.grants.rates) lines.push(`| at ${g.rate} | ${f(g.rps)} | ${g.requests} | ${g.grants} | ${f(g.grantsPer100k, 1)} | ${f(g.grantsPerMinute, 1)} |`)

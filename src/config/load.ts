@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
+import { parseEnv } from 'node:util'
 import envSchema from 'env-schema'
 import { envJsonSchema, properties, type VariableName } from './schema.js'
 
@@ -15,6 +16,12 @@ export interface CredentialSource {
 export interface OAuth2Settings {
   mode: 'oauth2'
   tokenUrl: string
+  /**
+   * The same realm's token URL in Keycloak's other layout (with or without
+   * `/auth`), tried once should `tokenUrl` not be a token endpoint; only when
+   * the URL was derived from AUTH_URL, never when AUTH_TOKEN_URL was given.
+   */
+  alternateTokenUrl?: string
   clientId: string
   scope?: string
 }
@@ -46,9 +53,12 @@ export interface Config {
   proxy: { host: string, port: number }
   admin: { host: string, port: number }
   logLevel: LogLevel
+  accessLog: boolean
   shutdownGraceMs: number
   /** corporate egress proxy (HTTPS_PROXY, HTTP_PROXY, NO_PROXY, any case), for the upstream and the auth server */
   egress: { httpProxy?: string, httpsProxy?: string, noProxy?: string }
+  /** things worth telling the operator that do not stop the start (misspelt names, say) */
+  warnings: string[]
 }
 
 /** Every problem with the configuration, reported together. */
@@ -61,43 +71,63 @@ export class ConfigError extends Error {
   }
 }
 
-type Raw = Partial<Record<VariableName, string | number>>
+type Raw = Partial<Record<VariableName, string | number | boolean>>
 
 export interface LoadOptions {
   /** directory whose `.env` is read; the process's working directory by default */
   cwd?: string
 }
 
+/** The prefixes of the sidecar's variables: an unknown name with one of them is probably a typo. */
+const PREFIXES = [...new Set(Object.keys(properties).map((name) => name.slice(0, name.indexOf('_') + 1)))]
+
+/** Variables the sidecar reads besides its schema (any case for the egress proxy ones). */
+const EGRESS = ['HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY']
+
 /**
- * Reads the configuration from `env` (and `.env`, which `env` overrides),
- * validates it against the schema and the rules between variables, and
- * throws one ConfigError naming every problem. Values are never echoed.
+ * Reads the configuration from `env` and `.env` (the environment wins; an
+ * empty value in either means unset), validates it against the schema and
+ * the rules between variables, and throws one ConfigError naming every
+ * problem. Values are never echoed.
  */
 export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): Config {
   const cwd = options.cwd ?? process.cwd()
   const problems: string[] = []
-  let raw: Raw
+  const warnings: string[] = []
 
-  // An empty variable (`AUTH_CLIENT_SECRET=` in a compose file) means unset.
-  const data = Object.fromEntries(Object.entries(env).filter(([name, value]) => name in properties && value !== undefined && value !== ''))
+  const dotenv = readDotenv(resolve(cwd, '.env'), problems)
+  const merged: Record<string, string> = {}
+  for (const source of [dotenv, env]) {
+    for (const [name, value] of Object.entries(source)) {
+      if (value !== undefined && value !== '') merged[name] = value
+    }
+  }
+  if (dotenv.NODE_EXTRA_CA_CERTS !== undefined && dotenv.NODE_EXTRA_CA_CERTS !== '' && env.NODE_EXTRA_CA_CERTS !== dotenv.NODE_EXTRA_CA_CERTS) {
+    warnings.push('NODE_EXTRA_CA_CERTS in .env has no effect: Node.js reads it only when the process starts; set it in the environment')
+  }
+  for (const name of Object.keys(merged)) {
+    if (name in properties || !PREFIXES.some((p) => name.startsWith(p))) continue
+    const nearest = nearestName(name)
+    warnings.push(`${name} is not a variable of auth-sidecar${nearest === undefined ? '' : `; did you mean ${nearest}?`}`)
+  }
+
+  const data = Object.fromEntries(Object.entries(merged).filter(([name]) => name in properties))
   const read = (overrides: Record<string, undefined>): Raw => envSchema({
     schema: envJsonSchema,
     data: [data, overrides],
     env: false,
-    dotenv: { path: resolve(cwd, '.env') }
+    dotenv: false
   }) as Raw
+  let raw: Raw
   try {
     raw = read({})
   } catch (err) {
-    const errors = (err as { errors?: Array<{ instancePath: string, message?: string, params?: { allowedValues?: unknown[] } }> }).errors
-    if (!errors) {
-      throw new ConfigError([`.env could not be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`])
-    }
+    const errors = (err as { errors?: SchemaError[] }).errors
+    if (!errors) throw err
     const invalid: Record<string, undefined> = {}
     for (const e of errors) {
       const name = e.instancePath.replace(/^\//, '')
-      const allowed = e.params?.allowedValues ? ` (${e.params.allowedValues.join(', ')})` : ''
-      problems.push(`${name} ${e.message ?? 'is invalid'}${allowed}`)
+      problems.push(`${name} ${plainWords(e)}`)
       invalid[name] = undefined
     }
     // Read again without the invalid values, so that the checks below can
@@ -123,11 +153,18 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
   let auth: Config['auth'] = { mode: 'basic' }
   if (mode === 'oauth2') {
     let tokenUrl = parseHttpUrl('AUTH_TOKEN_URL', str('AUTH_TOKEN_URL'), problems, false)?.href
+    let alternateTokenUrl: string | undefined
     if (tokenUrl === undefined && str('AUTH_TOKEN_URL') === undefined) {
       const authUrl = parseHttpUrl('AUTH_URL', str('AUTH_URL'), problems, false)
-      if (authUrl) {
-        const base = authUrl.href.replace(/\/+$/, '')
-        tokenUrl = `${base}/auth/realms/${encodeURIComponent(str('AUTH_REALM') ?? '')}/protocol/openid-connect/token`
+      const base = authUrl?.href.replace(/\/+$/, '')
+      const realm = encodeURIComponent(str('AUTH_REALM') ?? '')
+      if (base !== undefined && /\/realms(\/|$)/.test(authUrl!.pathname)) {
+        problems.push('AUTH_URL must be the server\'s base URL, without /realms/...: the realm goes in AUTH_REALM (or set the whole AUTH_TOKEN_URL)')
+      } else if (base !== undefined && /\/auth$/.test(base)) {
+        problems.push('AUTH_URL must not end in /auth: the sidecar adds /auth/realms/... itself, and tries the layout without /auth should that not answer (or set the whole AUTH_TOKEN_URL)')
+      } else if (base !== undefined) {
+        tokenUrl = `${base}/auth/realms/${realm}/protocol/openid-connect/token`
+        alternateTokenUrl = `${base}/realms/${realm}/protocol/openid-connect/token`
       } else if (str('AUTH_URL') === undefined) {
         problems.push('AUTH_URL is required in oauth2 mode (or set AUTH_TOKEN_URL)')
       }
@@ -135,7 +172,13 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
     const clientId = str('AUTH_CLIENT_ID')
     if (clientId === undefined) problems.push('AUTH_CLIENT_ID is required in oauth2 mode')
     const scope = str('AUTH_SCOPE')
-    auth = { mode: 'oauth2', tokenUrl: tokenUrl ?? '', clientId: clientId ?? '', ...(scope !== undefined && { scope }) }
+    auth = {
+      mode: 'oauth2',
+      tokenUrl: tokenUrl ?? '',
+      ...(alternateTokenUrl !== undefined && { alternateTokenUrl }),
+      clientId: clientId ?? '',
+      ...(scope !== undefined && { scope })
+    }
   }
 
   if (num('TOKEN_RETRY_MAX_MS') < num('TOKEN_RETRY_MIN_MS')) {
@@ -169,13 +212,15 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
     proxy: { host: str('PROXY_HOST')!, port: num('PROXY_PORT') },
     admin: { host: str('ADMIN_HOST')!, port: num('ADMIN_PORT') },
     logLevel: str('LOG_LEVEL') as LogLevel,
+    accessLog: raw.ACCESS_LOG !== false,
     shutdownGraceMs: num('SHUTDOWN_GRACE_MS'),
-    egress: egressProxy(env)
+    egress: egressProxy(merged),
+    warnings
   }
 }
 
-function egressProxy (env: NodeJS.ProcessEnv): Config['egress'] {
-  const pick = (name: string): string | undefined => env[name] || env[name.toLowerCase()] || undefined
+function egressProxy (env: Record<string, string>): Config['egress'] {
+  const pick = (name: string): string | undefined => env[name] ?? env[name.toLowerCase()]
   const httpProxy = pick('HTTP_PROXY')
   const httpsProxy = pick('HTTPS_PROXY')
   const noProxy = pick('NO_PROXY')
@@ -239,4 +284,62 @@ function credentialSource (
 /** A mounted secret's content, without the trailing newline editors add. */
 export function readSecretFile (path: string): string {
   return readFileSync(path, 'utf8').replace(/[\r\n]+$/, '')
+}
+
+interface SchemaError {
+  instancePath: string
+  keyword: string
+  message?: string
+  params?: { allowedValues?: unknown[], limit?: number, type?: string }
+}
+
+/** The validator's complaint in plain words. */
+function plainWords (e: SchemaError): string {
+  switch (e.keyword) {
+    case 'type': return e.params?.type === 'integer' ? 'must be a whole number' : e.params?.type === 'boolean' ? 'must be true or false' : `must be a ${e.params?.type ?? 'value of another type'}`
+    case 'minimum': return `must be at least ${e.params?.limit}`
+    case 'maximum': return `must be at most ${e.params?.limit}`
+    case 'enum': return `must be one of ${(e.params?.allowedValues ?? []).join(', ')}`
+    default: return e.message ?? 'is invalid'
+  }
+}
+
+/** `.env` as name → value; none when the file does not exist. */
+function readDotenv (path: string, problems: string[]): Record<string, string> {
+  let text: string
+  try {
+    text = readFileSync(path, 'utf8')
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code
+    if (code !== 'ENOENT') problems.push(`.env could not be read (${code ?? 'error'})`)
+    return {}
+  }
+  return parseEnv(text) as Record<string, string>
+}
+
+/** The sidecar's variable closest to a misspelt `name`, if one is close enough to be meant. */
+function nearestName (name: string): string | undefined {
+  let best: string | undefined
+  let bestDistance = Infinity
+  for (const candidate of [...Object.keys(properties), ...EGRESS]) {
+    const d = editDistance(name, candidate)
+    if (d < bestDistance) {
+      best = candidate
+      bestDistance = d
+    }
+  }
+  // a dropped suffix (UPSTREAM_TIMEOUT for UPSTREAM_TIMEOUT_MS) is a close match too
+  return best !== undefined && (bestDistance <= Math.max(3, Math.floor(name.length / 3)) || best.startsWith(name)) ? best : undefined
+}
+
+function editDistance (a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, i) => i)
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i]
+    for (let j = 1; j <= b.length; j++) {
+      current[j] = Math.min(previous[j]! + 1, current[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1))
+    }
+    previous = current
+  }
+  return previous[b.length]!
 }

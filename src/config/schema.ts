@@ -11,6 +11,7 @@ export const DEFAULT_PROXY_PORT = 8080
 export const DEFAULT_ADMIN_HOST = '0.0.0.0'
 export const DEFAULT_ADMIN_PORT = 9090
 export const DEFAULT_LOG_LEVEL = 'info'
+export const DEFAULT_ACCESS_LOG = true
 export const DEFAULT_UPSTREAM_TIMEOUT_MS = 30_000
 export const DEFAULT_UPSTREAM_IDLE_TIMEOUT_MS = 300_000
 export const DEFAULT_UPSTREAM_CONNECTIONS = 128
@@ -25,9 +26,9 @@ export const DEFAULT_SHUTDOWN_GRACE_MS = 10_000
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 
 interface Property {
-  type: 'string' | 'integer'
+  type: 'string' | 'integer' | 'boolean'
   description: string
-  default?: string | number
+  default?: string | number | boolean
   enum?: readonly string[]
   minimum?: number
   maximum?: number
@@ -48,7 +49,7 @@ const text = (description: string, extra: Partial<Property> = {}): Property =>
 export const properties = {
   BASE_URL: text('upstream base URL (http or https); a path prefix is kept', { required: true }),
   AUTH_MODE: text('oauth2 (bearer token from the token endpoint) or basic (RFC 7617, no token endpoint)', { enum: ['oauth2', 'basic'], default: DEFAULT_AUTH_MODE }),
-  AUTH_URL: text('base URL of the auth server; required in oauth2 mode unless AUTH_TOKEN_URL is set'),
+  AUTH_URL: text('base URL of the auth server, without /auth or /realms/...; required in oauth2 mode unless AUTH_TOKEN_URL is set'),
   AUTH_REALM: text('realm segment of the token path', { default: DEFAULT_AUTH_REALM }),
   AUTH_TOKEN_URL: text('full token endpoint URL; overrides {AUTH_URL}/auth/realms/{AUTH_REALM}/protocol/openid-connect/token'),
   AUTH_CLIENT_ID: text('OAuth client id; required in oauth2 mode'),
@@ -63,7 +64,8 @@ export const properties = {
   PROXY_PORT: port('proxy port', DEFAULT_PROXY_PORT),
   ADMIN_HOST: text('address of the health, readiness and metrics listener', { default: DEFAULT_ADMIN_HOST }),
   ADMIN_PORT: port('admin port', DEFAULT_ADMIN_PORT),
-  LOG_LEVEL: text('pino log level', { enum: LOG_LEVELS, default: DEFAULT_LOG_LEVEL }),
+  LOG_LEVEL: text('pino log level; debug adds each token request and answer, retry decisions and upstream connection events', { enum: LOG_LEVELS, default: DEFAULT_LOG_LEVEL }),
+  ACCESS_LOG: { type: 'boolean', description: 'one log line per proxied request; false keeps only token and error events', default: DEFAULT_ACCESS_LOG },
   UPSTREAM_TIMEOUT_MS: millis('longest wait for the upstream\'s response headers, then 504', DEFAULT_UPSTREAM_TIMEOUT_MS),
   UPSTREAM_IDLE_TIMEOUT_MS: millis('longest silence inside a response body before it is cut; 0 for never', DEFAULT_UPSTREAM_IDLE_TIMEOUT_MS, 0),
   UPSTREAM_CONNECTIONS: { type: 'integer', description: 'most connections kept open to the upstream', default: DEFAULT_UPSTREAM_CONNECTIONS, minimum: 1, maximum: 65535 },

@@ -23,7 +23,7 @@ t.test('the final stage holds only dist/, production dependencies and package.js
 t.test('numeric non-root user, node as PID 1, ports, a health check without curl', async (t) => {
   t.match(final, /^USER \d+:\d+$/m)
   t.notMatch(final, /^USER (0|root)/m)
-  t.match(final, /^ENTRYPOINT \["node", "dist\/main\.js"\]$/m, 'exec form: SIGTERM reaches node')
+  t.match(final, /^ENTRYPOINT \["node", ("--[^"]+", )*"dist\/main\.js"\]$/m, 'exec form: SIGTERM reaches node')
   t.match(final, /^EXPOSE 8080 9090$/m)
   t.match(final, /^HEALTHCHECK .*\n?.*CMD \["node"/m)
   const instructions = dockerfile.split('\n').filter((l) => !l.startsWith('#')).join('\n')
@@ -34,4 +34,13 @@ t.test('.dockerignore keeps the context small', async (t) => {
   const ignore = readFileSync(`${root}.dockerignore`, 'utf8')
   t.match(ignore, /^\*$/m, 'everything excluded by default')
   t.match(ignore, /^!src\/$/m)
+})
+
+t.test('the image, npm start and the bench start the sidecar with the same options', async (t) => {
+  const { IMAGE_NODE_FLAGS, IMAGE_GLIBC_TUNABLES } = await import(`${root}bench/image-options.mjs`) as { IMAGE_NODE_FLAGS: string, IMAGE_GLIBC_TUNABLES: string }
+  const entrypoint = JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(final)![1]!) as string[]
+  t.same(entrypoint, ['node', ...IMAGE_NODE_FLAGS.split(' '), 'dist/main.js'])
+  t.match(final, new RegExp(`GLIBC_TUNABLES=${IMAGE_GLIBC_TUNABLES}$`, 'm'))
+  const start = (JSON.parse(readFileSync(`${root}package.json`, 'utf8')) as { scripts: { start: string } }).scripts.start
+  t.equal(start, `GLIBC_TUNABLES=${IMAGE_GLIBC_TUNABLES} node ${IMAGE_NODE_FLAGS} dist/main.js`)
 })
