@@ -32,11 +32,28 @@ export interface App {
   close(graceMs?: number): Promise<void>
 }
 
+/** A listener could not be opened: names the variable and the address. */
+export class ListenError extends Error {
+  readonly code: string | undefined
+  constructor (variable: string, host: string, port: number, cause: NodeJS.ErrnoException) {
+    const why = cause.code === 'EADDRINUSE'
+      ? 'is already in use'
+      : cause.code === 'EACCES'
+        ? 'may not be opened by this user (a port below 1024?)'
+        : cause.code === 'EADDRNOTAVAIL' || cause.code === 'ENOTFOUND'
+          ? 'is not an address of this host'
+          : `cannot be opened (${cause.code ?? cause.message})`
+    super(`${variable}: ${host.includes(':') ? `[${host}]` : host}:${port} ${why}; set ${variable} to a free port`, { cause })
+    this.name = 'ListenError'
+    this.code = cause.code
+  }
+}
+
 /** Builds the proxy and admin servers without listening (SPEC §3, §5). */
 export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   const { logger } = deps
   const credentials = new CredentialStore(config.credentials)
-  const upstreamDispatcher = createDispatcher(config.egress, config.upstream.origin, {
+  const upstreamDispatcher: Dispatcher = createDispatcher(config.egress, config.upstream.origin, {
     connections: config.upstream.connections,
     keepAliveTimeout: config.upstream.keepAliveMs,
     keepAliveMaxTimeout: config.upstream.keepAliveMs,
@@ -55,6 +72,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     }
     tokens = new TokenManager({
       tokenUrl: config.auth.tokenUrl,
+      ...(config.auth.alternateTokenUrl !== undefined && { alternateTokenUrl: config.auth.alternateTokenUrl }),
       client: { clientId: config.auth.clientId, ...(config.auth.scope !== undefined && { scope: config.auth.scope }) },
       credentials,
       post,
@@ -78,11 +96,15 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     dispatcher: upstreamDispatcher,
     tokens,
     log: proxyLog,
-    onResponse (line) {
-      accessLog.info(line, 'request')
-      metrics.request(line.status, line.durationMs / 1000)
-    }
+    onResponse: config.accessLog
+      ? (line) => {
+          accessLog.info(line, 'request')
+          metrics.request(line.status, line.durationMs / 1000)
+        }
+      : (line) => { metrics.request(line.status, line.durationMs / 1000) },
+    onUpstreamError: (reason) => metrics.upstreamError(reason)
   })
+  if (logger.isLevelEnabled('debug')) logConnections(upstreamDispatcher, proxyLog)
 
   let closing = false
   let closed: Promise<void> | undefined
@@ -91,7 +113,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     log: logger.child({ component: 'admin' }),
     notReadyReason: () => {
       if (closing) return 'shutting down'
-      return tokens.ready() ? undefined : 'no valid access token'
+      return tokens.notReadyReason()
     }
   })
 
@@ -128,7 +150,9 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     async listen () {
       tokens.start()
       await admin.listen({ port: config.admin.port, host: config.admin.host, listenTextResolver: (address) => `admin endpoints on ${address}` })
+        .catch((err: NodeJS.ErrnoException) => { throw new ListenError('ADMIN_PORT', config.admin.host, config.admin.port, err) })
       await proxy.listen({ port: config.proxy.port, host: config.proxy.host, listenTextResolver: (address) => `proxy on ${address}` })
+        .catch((err: NodeJS.ErrnoException) => { throw new ListenError('PROXY_PORT', config.proxy.host, config.proxy.port, err) })
       return { proxy: proxy.server.address() as AddressInfo, admin: admin.server.address() as AddressInfo }
     },
     close (graceMs = config.shutdownGraceMs) {
@@ -136,4 +160,12 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       return closed
     }
   }
+}
+
+/** LOG_LEVEL=debug: the upstream pool's connections as they open, close and fail. */
+function logConnections (dispatcher: Dispatcher, log: pino.Logger): void {
+  const origin = (o: unknown): string => String((o as URL | string | undefined)?.toString() ?? '')
+  dispatcher.on('connect', (o) => log.debug({ event: 'upstream_connection', origin: origin(o) }, 'upstream connection opened'))
+  dispatcher.on('disconnect', (o, _targets, err) => log.debug({ event: 'upstream_connection', origin: origin(o), reason: (err as { code?: string }).code ?? err.name }, 'upstream connection closed'))
+  dispatcher.on('connectionError', (o, _targets, err) => log.debug({ event: 'upstream_connection', origin: origin(o), reason: (err as { code?: string }).code ?? err.name }, 'upstream connection failed'))
 }

@@ -4,7 +4,7 @@
  * renewals show in the log within a minute.
  */
 import type { AddressInfo } from 'node:net'
-import { buildApp } from './app.js'
+import { buildApp, ListenError } from './app.js'
 import { loadConfig } from './config/load.js'
 import { createEchoUpstream } from './dev/echo-upstream.js'
 import { TokenServer } from './dev/token-server.js'
@@ -30,7 +30,15 @@ const config = loadConfig({
 }, { cwd: new URL('.', import.meta.url).pathname })
 const logger = createLogger(config.logLevel)
 const app = await buildApp(config, { logger })
-const { proxy, admin } = await app.listen()
+let addresses: Awaited<ReturnType<typeof app.listen>>
+try {
+  addresses = await app.listen()
+} catch (err) {
+  if (!(err instanceof ListenError)) throw err
+  process.stderr.write(`auth-sidecar demo: ${err.message}, for example: PROXY_PORT=18080 ADMIN_PORT=19090 npm run demo\n`)
+  process.exit(1)
+}
+const { proxy, admin } = addresses
 
 const stop = async (): Promise<void> => {
   await app.close(1_000)
@@ -50,7 +58,8 @@ auth-sidecar demo
   admin          http://${admin.address}:${admin.port}/readyz  /metrics
 
 Try:
-  curl -s http://127.0.0.1:${proxy.port}/hello?name=world
+  curl -s 'http://127.0.0.1:${proxy.port}/hello?name=world'
+Readable logs: npm run demo | npx pino-pretty
 Stop with Ctrl-C.
 
 `)

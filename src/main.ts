@@ -1,7 +1,23 @@
 import closeWithGrace from 'close-with-grace'
-import { buildApp } from './app.js'
+import { buildApp, ListenError } from './app.js'
 import { ConfigError, loadConfig, type Config } from './config/load.js'
 import { createLogger } from './logger.js'
+import { usage } from './usage.js'
+import { VERSION } from './version.js'
+
+const args = process.argv.slice(2)
+if (args.includes('--help') || args.includes('-h')) {
+  process.stdout.write(usage())
+  process.exit(0)
+}
+if (args.includes('--version') || args.includes('-v')) {
+  process.stdout.write(`${VERSION}\n`)
+  process.exit(0)
+}
+if (args.length > 0) {
+  process.stderr.write(`auth-sidecar: unknown argument ${JSON.stringify(args[0]).slice(0, 80)}; see --help\n`)
+  process.exit(2)
+}
 
 let config: Config
 try {
@@ -13,6 +29,7 @@ try {
 }
 
 const logger = createLogger(config.logLevel)
+for (const warning of config.warnings) logger.warn({ event: 'config' }, warning)
 const app = await buildApp(config, { logger })
 
 closeWithGrace({
@@ -31,6 +48,7 @@ closeWithGrace({
 try {
   const { proxy, admin } = await app.listen()
   logger.info({
+    version: VERSION,
     proxy: `${proxy.address}:${proxy.port}`,
     admin: `${admin.address}:${admin.port}`,
     upstream: config.upstream.origin + config.upstream.basePath,
@@ -38,7 +56,9 @@ try {
     ...(config.auth.mode === 'oauth2' && { tokenUrl: config.auth.tokenUrl, clientId: config.auth.clientId })
   }, 'auth-sidecar listening')
 } catch (err) {
-  logger.fatal({ err }, 'cannot listen')
+  // one readable line, like a configuration error: which variable, which address
+  const message = err instanceof ListenError ? err.message : `cannot listen: ${(err as Error).message}`
   logger.flush()
+  process.stderr.write(`auth-sidecar: ${message}\n`)
   process.exit(1)
 }

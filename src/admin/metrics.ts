@@ -1,20 +1,34 @@
 import { collectDefaultMetrics, Counter, Gauge, Registry, type Metric } from 'prom-client'
 import type { GrantType } from '../token/grant.js'
 import type { GrantOutcome } from '../token/manager.js'
+import { VERSION } from '../version.js'
 import { OneLabelHistogram } from './histogram.js'
+
+/** Why the sidecar answered 502 or 504 itself (SPEC §5). */
+export type UpstreamErrorReason = 'unreachable' | 'timeout' | 'reset'
 
 export interface Metrics {
   registry: Registry
   grant(grant: GrantType, outcome: GrantOutcome): void
   request(status: number, seconds: number): void
+  upstreamError(reason: UpstreamErrorReason): void
 }
 
 const PREFIX = 'auth_sidecar_'
+const GRANT_TYPES: readonly GrantType[] = ['password', 'refresh_token']
+const OUTCOMES: readonly GrantOutcome[] = ['success', 'rejected', 'error']
+const UPSTREAM_ERROR_REASONS: readonly UpstreamErrorReason[] = ['unreachable', 'timeout', 'reset']
 
-/** The sidecar's Prometheus metrics (SPEC §5); no label ever carries a secret. */
+/**
+ * The sidecar's Prometheus metrics (SPEC §5); no label ever carries a secret.
+ * Node's process metrics keep their conventional names (process_cpu_seconds_total,
+ * nodejs_heap_size_used_bytes, ...) so that stock dashboards find them, and
+ * every failure series exists at 0 from the first scrape, so that an alert on
+ * it has data before the first failure.
+ */
 export function createMetrics (expiresInSeconds: () => number, ready: () => boolean): Metrics {
   const registry = new Registry()
-  collectDefaultMetrics({ register: registry, prefix: PREFIX })
+  collectDefaultMetrics({ register: registry })
 
   const grants = new Counter({
     name: `${PREFIX}token_grants_total`,
@@ -22,6 +36,20 @@ export function createMetrics (expiresInSeconds: () => number, ready: () => bool
     labelNames: ['grant_type', 'outcome'] as const,
     registers: [registry]
   })
+  for (const grantType of GRANT_TYPES) for (const outcome of OUTCOMES) grants.inc({ grant_type: grantType, outcome }, 0)
+  const upstreamErrors = new Counter({
+    name: `${PREFIX}upstream_errors_total`,
+    help: 'The sidecar\'s own 502 and 504 answers, by reason: unreachable (refused, unresolvable, connect timeout), timeout (no response headers in time), reset (the connection closed under the request).',
+    labelNames: ['reason'] as const,
+    registers: [registry]
+  })
+  for (const reason of UPSTREAM_ERROR_REASONS) upstreamErrors.inc({ reason }, 0)
+  new Gauge({
+    name: `${PREFIX}build_info`,
+    help: 'Always 1; the version in its label.',
+    labelNames: ['version'] as const,
+    registers: [registry]
+  }).set({ version: VERSION }, 1)
   new Gauge({
     name: `${PREFIX}token_expires_in_seconds`,
     help: 'Seconds until the held access token expires (0 without one).',
@@ -45,6 +73,7 @@ export function createMetrics (expiresInSeconds: () => number, ready: () => bool
   return {
     registry,
     grant: (grant, outcome) => grants.inc({ grant_type: grant, outcome }),
-    request: (status, seconds) => requests.observe(status, seconds)
+    request: (status, seconds) => requests.observe(status, seconds),
+    upstreamError: (reason) => upstreamErrors.inc({ reason })
   }
 }

@@ -21,6 +21,8 @@ export interface ProxyOptions {
   log: pino.Logger
   /** the access log: one call per request, answered or abandoned */
   onResponse: (line: AccessLine) => void
+  /** the sidecar answered 502 or 504 itself, for this reason */
+  onUpstreamError: (reason: 'unreachable' | 'timeout' | 'reset') => void
 }
 
 export interface AccessLine {
@@ -45,6 +47,8 @@ const REFUSED_METHODS = new Set(['TRACE', 'CONNECT'])
 const RETRYABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
 /** The errors of a kept-alive socket that the upstream closed under the request. */
 const STALE_SOCKET_ERRORS = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE'])
+/** Errors that mean the upstream took the connection but closed it under the request. */
+const RESET_ERRORS = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE', 'UND_ERR_CLOSED'])
 /** Every method Node parses, but those refused: SPEC §3.1 forwards any method. */
 const FORWARDED_METHODS = METHODS.filter((m) => !REFUSED_METHODS.has(m))
 
@@ -193,6 +197,7 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
         const code = cause?.code ?? (error as { code?: string }).code
         const timedOut = code === 'UND_ERR_HEADERS_TIMEOUT' || (error as { statusCode?: number }).statusCode === 504
         o.log.warn({ requestId: reply.request.id, upstreamError: code ?? error.name }, 'upstream request failed')
+        o.onUpstreamError(timedOut ? 'timeout' : RESET_ERRORS.has(code ?? '') ? 'reset' : 'unreachable')
         sendError(reply as FastifyReply, timedOut ? 'upstream_timeout' : 'upstream_unreachable')
       }
     }

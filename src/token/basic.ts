@@ -20,6 +20,7 @@ export class BasicAuthorization implements AuthorizationSource {
   authorization (): Promise<string> { return Promise.resolve(this.#header) }
   rejected (): void {}
   ready (): boolean { return true }
+  notReadyReason (): undefined { return undefined }
   expiresInSeconds (): number { return 0 }
 }
 

@@ -18,6 +18,10 @@ export interface TokenEndpointResponse {
   status: number
   /** the Retry-After header, if any */
   retryAfter?: string
+  /** the Content-Type header, if any */
+  contentType?: string
+  /** the Location header of a redirect, if any */
+  location?: string
   body: string
 }
 
@@ -28,9 +32,10 @@ export type PostForm = (url: string, form: string, signal: AbortSignal) => Promi
  * How a failed grant is handled:
  * - `rejected`: the server refused these credentials or this client; retrying soon cannot help;
  * - `invalid_grant_refresh`-style refusals are `rejected` too, the caller falls back to the password grant;
- * - `transient`: network error, timeout, 5xx, 429, or an answer we cannot use; retried with backoff.
+ * - `transient`: network error, timeout, 5xx, 429, or an answer we cannot use; retried with backoff;
+ * - `wrong_url`: what answered is not a token endpoint (404, a redirect, an HTML page); retried slowly.
  */
-export type FailureKind = 'rejected' | 'transient'
+export type FailureKind = 'rejected' | 'transient' | 'wrong_url'
 
 const REJECTED_ERRORS = new Set(['invalid_grant', 'invalid_client', 'unauthorized_client'])
 
@@ -81,6 +86,7 @@ const MAX_DESCRIPTION = 200
 /** Checks one token endpoint answer: a TokenSet, or a GrantError saying exactly what is wrong. */
 export function checkTokenResponse (res: TokenEndpointResponse): TokenSet {
   if (res.status !== 200) throw errorFromResponse(res)
+  if (isHtml(res)) throw new GrantError('token endpoint answered 200 with an HTML page, not a token: this URL is not the token endpoint', 'wrong_url', { status: 200 })
 
   let body: unknown
   try {
@@ -135,6 +141,15 @@ function errorFromResponse (res: TokenEndpointResponse): GrantError {
     ? `token endpoint answered ${res.status}`
     : `token endpoint answered ${res.status} ${oauthError}${description ? ` (${description})` : ''}`
 
+  // A 404 (Keycloak: an unknown path, or "Realm does not exist"), a redirect
+  // or an HTML page: the URL is not a token endpoint, whatever the body says.
+  if (res.status === 404 || (oauthError === undefined && res.status < 500 && ((res.status >= 300 && res.status < 400) || isHtml(res)))) {
+    const detail = res.status >= 300 && res.status < 400
+      ? ` (a redirect${res.location === undefined ? '' : ` to ${res.location.slice(0, 200)}`})`
+      : isHtml(res) ? ' with an HTML page' : ''
+    return new GrantError(`${what}${detail}: this URL is not the token endpoint`, 'wrong_url', { status: res.status })
+  }
+
   if (res.status >= 500 || res.status === 429 || res.status === 408 || res.status < 400) {
     return new GrantError(what, 'transient', { status: res.status, ...(oauthError !== undefined && { oauthError }), ...(retryAfterMs !== undefined && { retryAfterMs }) })
   }
@@ -144,6 +159,10 @@ function errorFromResponse (res: TokenEndpointResponse): GrantError {
     ? ': the service account has pending required actions in Keycloak (a configuration error)'
     : ''
   return new GrantError(what + hint, 'rejected', { status: res.status, ...(oauthError !== undefined && { oauthError }) })
+}
+
+function isHtml (res: TokenEndpointResponse): boolean {
+  return /text\/html/i.test(res.contentType ?? '') || /^\s*</.test(res.body.slice(0, 64))
 }
 
 /** Whether an error code means the credentials or the client were refused. */

@@ -28,10 +28,12 @@ export function createPostForm (dispatcher: Dispatcher): PostForm {
       }
       chunks.push(chunk as Buffer)
     }
-    const retryAfter = res.headers['retry-after']
+    const { 'retry-after': retryAfter, 'content-type': contentType, location } = res.headers
     return {
       status: res.statusCode,
       ...(typeof retryAfter === 'string' && { retryAfter }),
+      ...(typeof contentType === 'string' && { contentType }),
+      ...(typeof location === 'string' && { location }),
       body: Buffer.concat(chunks).toString('utf8')
     }
   }

@@ -12,6 +12,8 @@ export type GrantOutcome = 'success' | 'rejected' | 'error'
 
 export interface TokenManagerOptions {
   tokenUrl: string
+  /** Keycloak's other layout of the same URL, tried once should tokenUrl not be a token endpoint */
+  alternateTokenUrl?: string
   client: GrantInput
   credentials: { read(): Credentials, onChange?(listener: () => void): void }
   post: PostForm
@@ -36,6 +38,8 @@ export interface AuthorizationSource {
   rejected(header: string): void
   /** Whether a valid credential is held (readiness). */
   ready(): boolean
+  /** Why not ready, in a few words an operator can act on; undefined when ready. */
+  notReadyReason(): string | undefined
   /** Seconds until the held credential expires; 0 without one. */
   expiresInSeconds(): number
   start(): void
@@ -82,11 +86,18 @@ export class TokenManager implements AuthorizationSource {
   #waitingOnCredentials = false
   #failures = 0
   #lastFailure = ''
+  /** what the last failed grant ran into, for readiness */
+  #lastFailureKind: 'credentials' | 'rejected' | 'wrong_url' | 'transient' | undefined
+  #tokenUrl: string
+  /** the other Keycloak layout, until it has been tried */
+  #alternateTokenUrl: string | undefined
   #stopped = false
   readonly #waiters = new Set<Waiter>()
 
   constructor (options: TokenManagerOptions) {
     this.#o = options
+    this.#tokenUrl = options.tokenUrl
+    this.#alternateTokenUrl = options.alternateTokenUrl
     this.#clock = options.clock ?? systemClock
     this.#random = options.random ?? Math.random
   }
@@ -115,6 +126,17 @@ export class TokenManager implements AuthorizationSource {
 
   ready (): boolean {
     return this.current() !== undefined
+  }
+
+  notReadyReason (): string | undefined {
+    if (this.ready()) return undefined
+    switch (this.#lastFailureKind) {
+      case 'credentials': return 'credentials rejected by the auth server (see the log for its reason)'
+      case 'rejected': return 'token request refused by the auth server (see the log for its reason)'
+      case 'wrong_url': return `wrong token URL: ${this.#tokenUrl} is not a token endpoint (set AUTH_URL and AUTH_REALM, or AUTH_TOKEN_URL)`
+      case 'transient': return 'token endpoint unreachable or failing; retrying'
+      default: return 'no valid access token'
+    }
   }
 
   expiresInSeconds (): number {
@@ -202,26 +224,63 @@ export class TokenManager implements AuthorizationSource {
   }
 
   async #send (grant: GrantType, form: string): Promise<TokenSet> {
-    const abort = new AbortController()
-    this.#abort = abort
-    const timer = this.#clock.setTimeout(() => abort.abort(), this.#o.timeoutMs)
     try {
       let set: TokenSet
       try {
-        const res = await this.#o.post(this.#o.tokenUrl, form, abort.signal)
-        set = checkTokenResponse(res)
+        set = await this.#post(grant, this.#tokenUrl, form)
       } catch (err) {
-        if (err instanceof GrantError) throw err
-        const message = abort.signal.aborted
-          ? `token request timed out after ${this.#o.timeoutMs} ms`
-          : `token request failed: ${describeNetworkError(err)}`
-        throw new GrantError(message, 'transient', { cause: err })
+        const alternate = this.#alternateTokenUrl
+        if (!(err instanceof GrantError) || err.kind !== 'wrong_url' || alternate === undefined || this.#stopped) throw err
+        // Keycloak 17+ serves without /auth, older ones with it: the URL was
+        // derived from AUTH_URL, so the other layout is tried, once.
+        this.#alternateTokenUrl = undefined
+        set = await this.#post(grant, alternate, form).catch((again: unknown) => {
+          // only a token endpoint judges a grant: 400 or 401 with an OAuth error
+          const judged = again instanceof GrantError && again.kind === 'rejected' && (again.status === 400 || again.status === 401) && again.oauthError !== undefined
+          if (!judged) throw err
+          this.#useAlternate(alternate)
+          throw again
+        })
+        this.#useAlternate(alternate)
       }
       this.#o.onGrant?.(grant, 'success')
       return set
     } catch (err) {
       this.#o.onGrant?.(grant, (err as GrantError).kind === 'rejected' ? 'rejected' : 'error')
       throw err
+    }
+  }
+
+  #useAlternate (url: string): void {
+    const configured = this.#tokenUrl
+    this.#tokenUrl = url
+    this.#o.log.warn({ event: 'token', tokenUrl: url, derivedTokenUrl: configured },
+      `the token endpoint answers at ${url}, not at ${configured}: using it. Set AUTH_TOKEN_URL=${url} to skip the first try`)
+  }
+
+  /** One request to the token endpoint at `url`, its answer checked. */
+  async #post (grant: GrantType, url: string, form: string): Promise<TokenSet> {
+    const abort = new AbortController()
+    this.#abort = abort
+    const timer = this.#clock.setTimeout(() => abort.abort(), this.#o.timeoutMs)
+    try {
+      this.#o.log.debug({ event: 'token', grant, tokenUrl: url }, 'token request')
+      const res = await this.#o.post(url, form, abort.signal)
+      this.#o.log.debug({ event: 'token', grant, status: res.status }, 'token endpoint answered')
+      try {
+        return checkTokenResponse(res)
+      } catch (err) {
+        if (err instanceof GrantError && err.kind === 'wrong_url') {
+          throw new GrantError(`POST ${url}: ${err.message}`, 'wrong_url', { ...(err.status !== undefined && { status: err.status }) })
+        }
+        throw err
+      }
+    } catch (err) {
+      if (err instanceof GrantError) throw err
+      const message = abort.signal.aborted
+        ? `token request timed out after ${this.#o.timeoutMs} ms`
+        : `token request failed: ${describeNetworkError(err)}`
+      throw new GrantError(message, 'transient', { cause: err })
     } finally {
       this.#clock.clearTimeout(timer)
       this.#abort = undefined
@@ -249,6 +308,7 @@ export class TokenManager implements AuthorizationSource {
     }, this.#failures > 0 ? 'token obtained after failed attempts' : 'token obtained')
     this.#failures = 0
     this.#lastFailure = ''
+    this.#lastFailureKind = undefined
 
     this.#arm(now + renewalDelay(set.expiresInMs, this.#random()), () => this.#renewNow())
     for (const w of this.#waiters) {
@@ -260,7 +320,10 @@ export class TokenManager implements AuthorizationSource {
 
   #failed (grant: GrantType, err: unknown): void {
     const e = err instanceof GrantError ? err : new GrantError(String(err), 'transient')
+    // A wrong URL is retried with the backoff of an outage: no credentials
+    // reached a token endpoint, and a gateway's HTML page may be temporary.
     const rejected = e.kind === 'rejected'
+    this.#lastFailureKind = e.kind === 'rejected' ? (isCredentialRejection(e) ? 'credentials' : 'rejected') : e.kind
     const delay = rejected
       ? slowRetryDelay(this.#o.rejectedRetryMs, this.#random())
       : backoffDelay({ minMs: this.#o.retryMinMs, maxMs: this.#o.retryMaxMs }, this.#failures, this.#random(), e.retryAfterMs)
@@ -275,9 +338,11 @@ export class TokenManager implements AuthorizationSource {
       retryInMs: Math.round(delay),
       tokenValid: this.current() !== undefined
     }
-    if (rejected && isCredentialRejection(e)) {
+    if (e.kind === 'rejected' && isCredentialRejection(e)) {
       // Every attempt is logged: they are a minute apart, and an operator must see them.
       this.#o.log.error(fields, 'credentials rejected by the auth server: retrying slowly to avoid a lockout')
+    } else if (e.kind === 'wrong_url' && e.message !== this.#lastFailure) {
+      this.#o.log.error(fields, 'wrong token URL: check AUTH_URL and AUTH_REALM, or set AUTH_TOKEN_URL to the realm\'s token endpoint')
     } else if (e.message !== this.#lastFailure) {
       this.#o.log[rejected ? 'error' : 'warn'](fields, 'token request failed')
     } else {
@@ -285,6 +350,7 @@ export class TokenManager implements AuthorizationSource {
       this.#o.log.debug(fields, 'token request failed again')
     }
     this.#lastFailure = e.message
+    this.#o.log.debug({ event: 'token', grant, failure: e.kind, retryInMs: Math.round(delay) }, 'token request will be retried')
 
     const retryAt = this.#clock.now() + delay
     this.#arm(retryAt, () => this.#renewNow())

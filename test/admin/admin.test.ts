@@ -7,7 +7,7 @@ t.test('healthz is 200; readyz follows the token; metrics are Prometheus text', 
   await until(() => h.tokenServer.grants.length >= 1)
   const notReady = await send(`${h.adminUrl}/readyz`)
   t.equal(notReady.status, 503)
-  t.same(JSON.parse(notReady.body), { status: 'not_ready', reason: 'no valid access token' })
+  t.same(JSON.parse(notReady.body), { status: 'not_ready', reason: 'credentials rejected by the auth server (see the log for its reason)' })
 
   h.tokenServer.users['service-user'] = 'service-password-9f8e7d'
   h.app.tokens.rejected('none') // a no-op: rejected() for an unknown header changes nothing

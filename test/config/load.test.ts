@@ -25,7 +25,14 @@ function problems (env: NodeJS.ProcessEnv, cwd = '/nonexistent'): readonly strin
 t.test('defaults and derived values', async (t) => {
   const c = loadConfig(minimal, { cwd: '/nonexistent' })
   t.same(c.upstream, { origin: 'https://api.internal', basePath: '/v2', timeoutMs: 30000, idleTimeoutMs: 300000, connections: 128, keepAliveMs: 4000 })
-  t.same(c.auth, { mode: 'oauth2', tokenUrl: 'https://sso.internal/auth/realms/service-realm/protocol/openid-connect/token', clientId: 'legacy-app' })
+  t.same(c.auth, {
+    mode: 'oauth2',
+    tokenUrl: 'https://sso.internal/auth/realms/service-realm/protocol/openid-connect/token',
+    alternateTokenUrl: 'https://sso.internal/realms/service-realm/protocol/openid-connect/token',
+    clientId: 'legacy-app'
+  })
+  t.equal(c.accessLog, true)
+  t.same(c.warnings, [])
   t.same(c.proxy, { host: '127.0.0.1', port: 8080 })
   t.same(c.admin, { host: '0.0.0.0', port: 9090 })
   t.equal(c.logLevel, 'info')
@@ -50,11 +57,11 @@ t.test('every problem is reported at once, naming each variable, echoing no valu
     UPSTREAM_TIMEOUT_MS: '-1'
   })
   t.same(got, [
-    'AUTH_MODE must be equal to one of the allowed values (oauth2, basic)',
-    'PROXY_PORT must be <= 65535',
-    'ADMIN_PORT must be integer',
-    'LOG_LEVEL must be equal to one of the allowed values (fatal, error, warn, info, debug, trace, silent)',
-    'UPSTREAM_TIMEOUT_MS must be >= 1',
+    'AUTH_MODE must be one of oauth2, basic',
+    'PROXY_PORT must be at most 65535',
+    'ADMIN_PORT must be a whole number',
+    'LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent',
+    'UPSTREAM_TIMEOUT_MS must be at least 1',
     'BASE_URL is required',
     'AUTH_USERNAME (or AUTH_USERNAME_FILE) is required',
     'AUTH_URL is required in oauth2 mode (or set AUTH_TOKEN_URL)',
@@ -120,4 +127,46 @@ t.test('*_FILE variables: read from files, trailing newline ignored, changes pic
 t.test('egress proxy variables are honoured in either case', async (t) => {
   const c = loadConfig({ ...minimal, https_proxy: 'http://proxy:3128', NO_PROXY: 'localhost' }, { cwd: '/x' })
   t.same(c.egress, { httpsProxy: 'http://proxy:3128', noProxy: 'localhost' })
+})
+
+t.test('an empty value in .env means unset, as in the environment', async (t) => {
+  const dir = t.testdir({ '.env': 'BASE_URL=http://api/\nAUTH_URL=http://sso\nAUTH_CLIENT_ID=app\nAUTH_USERNAME=u\nAUTH_PASSWORD=p\nAUTH_CLIENT_SECRET=\nAUTH_SCOPE=\nLOG_LEVEL=\nPROXY_PORT=\n' })
+  const c = loadConfig({}, { cwd: dir })
+  t.equal(c.credentials.clientSecret, undefined)
+  t.equal(c.auth.mode === 'oauth2' && c.auth.scope, undefined)
+  t.equal(c.logLevel, 'info')
+  t.equal(c.proxy.port, 8080)
+  // an empty environment variable does not hide the value in .env
+  t.equal(loadConfig({ LOG_LEVEL: '' }, { cwd: t.testdir({ '.env': 'BASE_URL=http://api/\nAUTH_URL=http://sso\nAUTH_CLIENT_ID=a\nAUTH_USERNAME=u\nAUTH_PASSWORD=p\nLOG_LEVEL=debug\n' }) }).logLevel, 'debug')
+})
+
+t.test('misspelt variables with the sidecar\'s prefixes are warned about, with the nearest name', async (t) => {
+  const c = loadConfig({ ...minimal, AUTH_SCOPES: 'openid', UPSTREAM_TIMEOUT: '5', AUTH_CLIENTID: 'x', TOKEN_SOMETHING_ELSE_ENTIRELY: '1', HOME: '/root', PATH: '/bin' }, { cwd: '/x' })
+  t.same(c.warnings, [
+    'AUTH_SCOPES is not a variable of auth-sidecar; did you mean AUTH_SCOPE?',
+    'UPSTREAM_TIMEOUT is not a variable of auth-sidecar; did you mean UPSTREAM_TIMEOUT_MS?',
+    'AUTH_CLIENTID is not a variable of auth-sidecar; did you mean AUTH_CLIENT_ID?',
+    'TOKEN_SOMETHING_ELSE_ENTIRELY is not a variable of auth-sidecar'
+  ])
+  t.notMatch(JSON.stringify(c.warnings), 'openid', 'no value echoed')
+})
+
+t.test('AUTH_URL with /auth or /realms/... is caught at start-up, naming what to change', async (t) => {
+  t.same(problems({ ...minimal, AUTH_URL: 'https://sso.internal/auth/' }), [
+    'AUTH_URL must not end in /auth: the sidecar adds /auth/realms/... itself, and tries the layout without /auth should that not answer (or set the whole AUTH_TOKEN_URL)'
+  ])
+  t.same(problems({ ...minimal, AUTH_URL: 'https://sso.internal/realms/service-realm' }), [
+    'AUTH_URL must be the server\'s base URL, without /realms/...: the realm goes in AUTH_REALM (or set the whole AUTH_TOKEN_URL)'
+  ])
+  const given = loadConfig({ ...minimal, AUTH_URL: undefined, AUTH_TOKEN_URL: 'https://kc/realms/r/protocol/openid-connect/token' }, { cwd: '/x' })
+  t.equal(given.auth.mode === 'oauth2' && given.auth.alternateTokenUrl, undefined, 'a given AUTH_TOKEN_URL is used as it is')
+})
+
+t.test('.env: egress proxy variables work from it; NODE_EXTRA_CA_CERTS there is warned about', async (t) => {
+  const dir = t.testdir({ '.env': 'HTTPS_PROXY=http://proxy:3128\nNODE_EXTRA_CA_CERTS=/etc/ca.pem\nACCESS_LOG=false\n' })
+  const c = loadConfig(minimal, { cwd: dir })
+  t.same(c.egress, { httpsProxy: 'http://proxy:3128' })
+  t.equal(c.accessLog, false)
+  t.same(c.warnings, ['NODE_EXTRA_CA_CERTS in .env has no effect: Node.js reads it only when the process starts; set it in the environment'])
+  t.same(problems({ ...minimal, ACCESS_LOG: 'sometimes' }), ['ACCESS_LOG must be true or false'])
 })

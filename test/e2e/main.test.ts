@@ -12,7 +12,7 @@ t.test('invalid configuration: exits non-zero at once with one message naming ev
   t.equal(code, 1)
   const err = run.stderr.join('')
   t.equal(err.trim().split('\n').length, 1, 'one line')
-  t.match(err, /PROXY_PORT must be integer/)
+  t.match(err, /PROXY_PORT must be a whole number/)
   t.match(err, /BASE_URL is required/)
   t.match(err, /AUTH_CLIENT_ID is required/)
   t.notMatch(err, /never-echo-me/)

@@ -25,8 +25,8 @@ async function peakRss (pid: number, work: () => Promise<void>): Promise<number>
 /** The sidecar's count of full (mark-compact) garbage collections, from its /metrics. */
 async function majorGcs (adminUrl: string): Promise<number> {
   const { body } = await send(`${adminUrl}/metrics`)
-  if (!body.includes('# TYPE auth_sidecar_nodejs_gc_duration_seconds histogram')) throw new Error('the GC metric is missing from /metrics')
-  const m = /^auth_sidecar_nodejs_gc_duration_seconds_count\{kind="major"\} (\d+)$/m.exec(body)
+  if (!body.includes('# TYPE nodejs_gc_duration_seconds histogram')) throw new Error('the GC metric is missing from /metrics')
+  const m = /^nodejs_gc_duration_seconds_count\{kind="major"\} (\d+)$/m.exec(body)
   return m === null ? 0 : Number(m[1])
 }
 

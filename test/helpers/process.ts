@@ -42,10 +42,10 @@ export interface Running {
   exited: Promise<number | null>
 }
 
-/** Runs the built product (`node dist/main.js`) with exactly `env` (and PATH). */
-export function start (env: Record<string, string>, cwd = root): Running {
+/** Runs the built product (`node dist/main.js [args]`) with exactly `env` (and PATH). */
+export function start (env: Record<string, string>, cwd = root, args: string[] = []): Running {
   if (!existsSync(main)) throw new Error('dist/main.js is missing: run `npm run build` first (npm test does)')
-  const child = spawn(process.execPath, [main], {
+  const child = spawn(process.execPath, [main, ...args], {
     cwd,
     env: { PATH: process.env.PATH ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe']

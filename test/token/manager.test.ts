@@ -259,7 +259,8 @@ t.test('requests arriving during a backoff longer than the wait bound get 503 at
 
 t.test('bad token answers are errors, retried with backoff, never a crash', async (t) => {
   const cases: Array<[string, string]> = [
-    ['<html>ok</html>', 'not JSON'],
+    ['<html>ok</html>', 'HTML page'],
+    ['{"a":', 'not JSON'],
     ['[]', 'not an object'],
     ['{"expires_in":300}', 'access_token is missing'],
     ['{"access_token":"abc def","expires_in":300}', 'characters not allowed'],
@@ -274,7 +275,7 @@ t.test('bad token answers are errors, retried with backoff, never a crash', asyn
     manager.start()
     await clock.advance(0)
     t.equal(manager.ready(), false, body)
-    t.match(log.records().find((r) => r.msg === 'token request failed')?.reason, reason)
+    t.match(log.records().find((r) => r.event === 'token' && r.reason !== undefined)?.reason, reason)
     await clock.advance(1_000)
     t.equal(endpoint.calls.length, 2, `retried: ${body}`)
     t.equal(manager.ready(), true)

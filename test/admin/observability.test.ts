@@ -1,0 +1,73 @@
+import { createServer } from 'node:net'
+import t from 'tap'
+import { build, send, until } from '../helpers/build.js'
+
+t.test('ACCESS_LOG=false: no line per request, token events still logged', async (t) => {
+  const h = await build(t, { ACCESS_LOG: 'false' })
+  await until(() => h.app.tokens.ready())
+  for (let i = 0; i < 3; i++) t.equal((await send(`${h.proxyUrl}/x`)).status, 200)
+  const records = h.log.records()
+  t.equal(records.filter((r) => r.msg === 'request').length, 0)
+  t.ok(records.some((r) => r.msg === 'token obtained'))
+  t.match((await send(`${h.adminUrl}/metrics`)).body, /auth_sidecar_proxy_request_duration_seconds_count\{status="200"\} 3/, 'metrics still count them')
+})
+
+t.test('metrics: conventional process names, failure series at 0 from the first scrape, build info', async (t) => {
+  const h = await build(t)
+  const body = (await send(`${h.adminUrl}/metrics`)).body
+  t.match(body, /^process_cpu_seconds_total /m)
+  t.match(body, /^process_resident_memory_bytes /m)
+  t.match(body, /^nodejs_heap_size_used_bytes /m)
+  t.notMatch(body, /auth_sidecar_process_|auth_sidecar_nodejs_/)
+  for (const grant of ['password', 'refresh_token']) {
+    for (const outcome of ['rejected', 'error']) t.match(body, `auth_sidecar_token_grants_total{grant_type="${grant}",outcome="${outcome}"} 0`)
+  }
+  for (const reason of ['unreachable', 'timeout', 'reset']) t.match(body, `auth_sidecar_upstream_errors_total{reason="${reason}"} 0`)
+  t.match(body, /^auth_sidecar_build_info\{version="\d+\.\d+\.\d+[^"]*"\} 1$/m)
+})
+
+t.test('the sidecar\'s own 502 and 504 are counted by reason, apart from the upstream\'s', async (t) => {
+  const closed = await new Promise<number>((resolve) => {
+    const s = createServer().listen(0, '127.0.0.1', () => { const p = (s.address() as { port: number }).port; s.close(() => resolve(p)) })
+  })
+  const h = await build(t, { UPSTREAM_TIMEOUT_MS: '200' })
+  await until(() => h.app.tokens.ready())
+  t.equal((await send(`${h.proxyUrl}/_slow/1000`)).status, 504)
+  t.equal((await send(`${h.proxyUrl}/_reset`, { method: 'POST', body: 'x' })).status, 502)
+  t.equal((await send(`${h.proxyUrl}/_status/502`)).status, 502, 'the upstream\'s own 502 is relayed, not counted')
+  const body = (await send(`${h.adminUrl}/metrics`)).body
+  t.match(body, 'auth_sidecar_upstream_errors_total{reason="timeout"} 1')
+  t.match(body, 'auth_sidecar_upstream_errors_total{reason="reset"} 1')
+  t.match(body, 'auth_sidecar_upstream_errors_total{reason="unreachable"} 0')
+  const down = await build(t, { BASE_URL: `http://127.0.0.1:${closed}` })
+  await until(() => down.app.tokens.ready())
+  t.equal((await send(`${down.proxyUrl}/x`)).status, 502)
+  t.match((await send(`${down.adminUrl}/metrics`)).body, 'auth_sidecar_upstream_errors_total{reason="unreachable"} 1')
+})
+
+t.test('readyz names the reason it knows: token endpoint unreachable', async (t) => {
+  const closed = await new Promise<number>((resolve) => {
+    const s = createServer().listen(0, '127.0.0.1', () => { const p = (s.address() as { port: number }).port; s.close(() => resolve(p)) })
+  })
+  const h = await build(t, { AUTH_URL: undefined as unknown as string, AUTH_TOKEN_URL: `http://127.0.0.1:${closed}/token` })
+  await until(() => h.log.records().some((r) => r.outcome === 'error'))
+  const ready = await send(`${h.adminUrl}/readyz`)
+  t.equal(ready.status, 503)
+  t.same(JSON.parse(ready.body), { status: 'not_ready', reason: 'token endpoint unreachable or failing; retrying' })
+})
+
+t.test('LOG_LEVEL=debug: each token request and answer status, retry decisions, upstream connections', async (t) => {
+  const h = await build(t, { LOG_LEVEL: 'debug' }, { users: { 'service-user': 'not-yet' } })
+  await until(() => h.tokenServer.grants.length >= 1)
+  h.tokenServer.users['service-user'] = 'service-password-9f8e7d'
+  await until(() => h.app.tokens.ready(), 5_000).catch(() => {})
+  const debug = h.log.records().filter((r) => r.level === 20)
+  t.ok(debug.some((r) => r.msg === 'token request' && r.grant === 'password' && typeof r.tokenUrl === 'string'))
+  t.ok(debug.some((r) => r.msg === 'token endpoint answered' && r.status === 401))
+  t.ok(debug.some((r) => r.msg === 'token request will be retried' && typeof r.retryInMs === 'number'))
+  const ok = await build(t, { LOG_LEVEL: 'debug' })
+  await until(() => ok.app.tokens.ready())
+  await send(`${ok.proxyUrl}/x`)
+  await until(() => ok.log.records().some((r) => r.msg === 'upstream connection opened'))
+  t.notMatch(h.log.lines.join('\n') + ok.log.lines.join('\n'), /service-password-9f8e7d|not-yet/, 'no secret in debug lines')
+})
