@@ -71,3 +71,18 @@ t.test('LOG_LEVEL=debug: each token request and answer status, retry decisions, 
   await until(() => ok.log.records().some((r) => r.msg === 'upstream connection opened'))
   t.notMatch(h.log.lines.join('\n') + ok.log.lines.join('\n'), /service-password-9f8e7d|not-yet/, 'no secret in debug lines')
 })
+
+t.test('the chart\'s alerts and the Grafana dashboard use only metrics the sidecar serves', async (t) => {
+  const { readFileSync } = await import('node:fs')
+  const root = new URL('../../', import.meta.url)
+  const h = await build(t)
+  await until(() => h.app.tokens.ready())
+  await send(`${h.proxyUrl}/x`)
+  const served = new Set([...(await send(`${h.adminUrl}/metrics`)).body.matchAll(/^([a-z_]+)[{ ]/gm)].map((m) => m[1]))
+  const rule = readFileSync(new URL('helm/auth-sidecar/templates/prometheusrule.yaml', root), 'utf8')
+  const dashboard = JSON.parse(readFileSync(new URL('deploy/grafana/auth-sidecar.json', root), 'utf8')) as { panels: Array<{ targets: Array<{ expr: string }> }> }
+  const used = [rule, ...dashboard.panels.flatMap((p) => p.targets.map((x) => x.expr))].join('\n')
+  const names = new Set([...used.matchAll(/\b((?:auth_sidecar|process|nodejs)_[a-z_]+)\b/g)].map((m) => m[1]))
+  t.ok(names.size >= 8, `${names.size} metric names used`)
+  for (const name of names) t.ok(served.has(name), `${name} is served`)
+})
