@@ -7,18 +7,22 @@ import { createMetrics, type Metrics } from './admin/metrics.js'
 import { CredentialStore } from './config/credentials.js'
 import type { Config } from './config/load.js'
 import { createDispatcher } from './dispatcher.js'
+import { responseDeadline } from './proxy/deadline.js'
 import { buildProxy } from './proxy/server.js'
 import { BasicAuthorization } from './token/basic.js'
 import type { Clock } from './token/clock.js'
 import type { PostForm } from './token/grant.js'
 import { createPostForm } from './token/http.js'
 import { TokenManager, type AuthorizationSource } from './token/manager.js'
+import { SecretScrubber } from './secrets.js'
 
 export interface AppDeps {
   logger: pino.Logger
   clock?: Clock
   /** replaces the HTTP client of the token endpoint (tests) */
   post?: PostForm
+  /** replaces the 60 s limit for a client's request headers (tests) */
+  headersTimeoutMs?: number
 }
 
 export interface App {
@@ -53,14 +57,25 @@ export class ListenError extends Error {
 export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   const { logger } = deps
   const credentials = new CredentialStore(config.credentials)
-  const upstreamDispatcher: Dispatcher = createDispatcher(config.egress, config.upstream.origin, {
+  const upstreamPool = createDispatcher(config.egress, config.upstream.origin, {
     connections: config.upstream.connections,
     keepAliveTimeout: config.upstream.keepAliveMs,
     keepAliveMaxTimeout: config.upstream.keepAliveMs,
     headersTimeout: config.upstream.timeoutMs,
     bodyTimeout: config.upstream.idleTimeoutMs
   })
+  // UPSTREAM_TIMEOUT_MS counts from dispatch, the wait for a free connection included
+  const upstreamDispatcher: Dispatcher = upstreamPool.compose(responseDeadline(config.upstream.timeoutMs))
   let tokenDispatcher: Dispatcher | undefined
+
+  const secrets = new SecretScrubber()
+  for (const proxyUrl of [config.egress.httpProxy, config.egress.httpsProxy]) {
+    if (proxyUrl === undefined) continue
+    const { username, password } = new URL(proxyUrl)
+    secrets.add(decodeURIComponent(password))
+    secrets.add(password)
+    if (password !== '') secrets.add(decodeURIComponent(username))
+  }
 
   let tokens: AuthorizationSource
   let metrics: Metrics
@@ -79,7 +94,8 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       log: logger.child({ component: 'token' }),
       ...config.token,
       ...(deps.clock !== undefined && { clock: deps.clock }),
-      onGrant: (grant, outcome) => metrics.grant(grant, outcome)
+      onGrant: (grant, outcome) => metrics.grant(grant, outcome),
+      secrets
     })
   } else {
     tokens = new BasicAuthorization(credentials)
@@ -94,6 +110,8 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     origin: config.upstream.origin,
     basePath: config.upstream.basePath,
     dispatcher: upstreamDispatcher,
+    maxRequests: config.proxy.maxRequests,
+    ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }),
     tokens,
     log: proxyLog,
     onResponse: config.accessLog
@@ -104,7 +122,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       : (line) => { metrics.request(line.status, line.durationMs / 1000) },
     onUpstreamError: (reason) => metrics.upstreamError(reason)
   })
-  if (logger.isLevelEnabled('debug')) logConnections(upstreamDispatcher, proxyLog)
+  if (logger.isLevelEnabled('debug')) logConnections(upstreamPool, proxyLog)
 
   let closing = false
   let closed: Promise<void> | undefined
@@ -138,7 +156,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       tokens.stop()
       credentials.close()
       await admin.close()
-      await Promise.all([upstreamDispatcher.close(), tokenDispatcher?.close()])
+      await Promise.all([upstreamPool.close(), tokenDispatcher?.close()])
     }
   }
 

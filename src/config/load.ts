@@ -50,7 +50,7 @@ export interface Config {
     retryMaxMs: number
     rejectedRetryMs: number
   }
-  proxy: { host: string, port: number }
+  proxy: { host: string, port: number, maxRequests: number }
   admin: { host: string, port: number }
   logLevel: LogLevel
   accessLog: boolean
@@ -185,6 +185,7 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
     problems.push('TOKEN_RETRY_MAX_MS must be >= TOKEN_RETRY_MIN_MS')
   }
 
+  const egress = egressProxy(merged, problems)
   if (problems.length > 0 || upstream === undefined) throw new ConfigError(problems)
 
   return {
@@ -209,18 +210,31 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
       retryMaxMs: num('TOKEN_RETRY_MAX_MS'),
       rejectedRetryMs: num('TOKEN_REJECTED_RETRY_MS')
     },
-    proxy: { host: str('PROXY_HOST')!, port: num('PROXY_PORT') },
+    proxy: { host: str('PROXY_HOST')!, port: num('PROXY_PORT'), maxRequests: num('PROXY_MAX_REQUESTS') },
     admin: { host: str('ADMIN_HOST')!, port: num('ADMIN_PORT') },
     logLevel: str('LOG_LEVEL') as LogLevel,
     accessLog: raw.ACCESS_LOG !== false,
     shutdownGraceMs: num('SHUTDOWN_GRACE_MS'),
-    egress: egressProxy(merged),
+    egress,
     warnings
   }
 }
 
-function egressProxy (env: Record<string, string>): Config['egress'] {
-  const pick = (name: string): string | undefined => env[name] ?? env[name.toLowerCase()]
+function egressProxy (env: Record<string, string>, problems: string[]): Config['egress'] {
+  const pick = (name: string): string | undefined => {
+    const set = env[name] !== undefined ? name : env[name.toLowerCase()] !== undefined ? name.toLowerCase() : undefined
+    if (set === undefined) return undefined
+    const value = env[set]!
+    if (name === 'NO_PROXY') return value
+    // a malformed proxy URL is named, never echoed: it may carry a password
+    let url: URL | undefined
+    try { url = new URL(value) } catch {}
+    if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.hostname === '') {
+      problems.push(`${set} must be a proxy URL such as http://host:3128 (credentials, if any, as http://user:password@host:3128)`)
+      return undefined
+    }
+    return value
+  }
   const httpProxy = pick('HTTP_PROXY')
   const httpsProxy = pick('HTTPS_PROXY')
   const noProxy = pick('NO_PROXY')

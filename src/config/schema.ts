@@ -8,6 +8,7 @@ export const DEFAULT_AUTH_MODE = 'oauth2'
 export const DEFAULT_AUTH_REALM = 'service-realm'
 export const DEFAULT_PROXY_HOST = '127.0.0.1'
 export const DEFAULT_PROXY_PORT = 8080
+export const DEFAULT_PROXY_MAX_REQUESTS = 1024
 export const DEFAULT_ADMIN_HOST = '0.0.0.0'
 export const DEFAULT_ADMIN_PORT = 9090
 export const DEFAULT_LOG_LEVEL = 'info'
@@ -62,6 +63,7 @@ export const properties = {
   AUTH_SCOPE: text('scope sent with both grants, e.g. "openid offline_access"'),
   PROXY_HOST: text('address the proxy listens on; loopback so only the pod\'s containers can use it', { default: DEFAULT_PROXY_HOST }),
   PROXY_PORT: port('proxy port', DEFAULT_PROXY_PORT),
+  PROXY_MAX_REQUESTS: { type: 'integer', description: 'most requests in progress at once; beyond it 503 {"error":"overloaded"}', default: DEFAULT_PROXY_MAX_REQUESTS, minimum: 1, maximum: 1_000_000 },
   ADMIN_HOST: text('address of the health, readiness and metrics listener', { default: DEFAULT_ADMIN_HOST }),
   ADMIN_PORT: port('admin port', DEFAULT_ADMIN_PORT),
   LOG_LEVEL: text('pino log level; debug adds each token request and answer, retry decisions and upstream connection events', { enum: LOG_LEVELS, default: DEFAULT_LOG_LEVEL }),

@@ -12,8 +12,32 @@
 const DROP_REQUEST = new Set([
   'connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect',
   'host', 'authorization', 'proxy-authorization',
-  'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'x-request-id'
+  'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'x-request-id',
+  // IIS and some frameworks route by these instead of the path (SPEC §10.6)
+  'x-original-url', 'x-rewrite-url'
 ])
+
+/** Headers a `Connection` header may not name: dropping them would change how the request is framed or routed. */
+const FRAMING = new Set(['content-length', 'transfer-encoding', 'host'])
+
+/**
+ * Whether the request's headers must be refused before anything is
+ * forwarded (SPEC §10.6): two `Host` headers (which one would the upstream
+ * believe?), or a `Connection` header naming a framing header, which a proxy
+ * that honours it would drop (a POST whose body then vanishes).
+ */
+export function hasAmbiguousHeaders (raw: string[], connection: string | undefined): boolean {
+  if (connection !== undefined) {
+    const named = namedIn(connection, undefined)
+    if (named !== undefined) for (const name of named) if (FRAMING.has(name)) return true
+  }
+  let hosts = 0
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!
+    if (name.length === 4 && name.toLowerCase() === 'host' && ++hosts > 1) return true
+  }
+  return false
+}
 
 /** Hop-by-hop headers of the upstream's answer, which concern only that connection. */
 const DROP_RESPONSE = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'trailer', 'te'])

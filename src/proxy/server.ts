@@ -7,7 +7,7 @@ import type { Dispatcher } from 'undici'
 import { errorBody, ERRORS, TokenUnavailableError, type ErrorCode } from '../errors.js'
 import type { AuthorizationSource } from '../token/manager.js'
 import { isConfined } from './confine.js'
-import { REQUEST_ID, relayedResponseHeaders, upstreamRequestHeaders, type HeaderValues } from './headers.js'
+import { hasAmbiguousHeaders, REQUEST_ID, relayedResponseHeaders, upstreamRequestHeaders, type HeaderValues } from './headers.js'
 import { WebSocketProxy } from './websocket.js'
 
 export interface ProxyOptions {
@@ -17,6 +17,10 @@ export interface ProxyOptions {
   basePath: string
   /** verifies TLS; closed by whoever created it */
   dispatcher: Dispatcher
+  /** most requests in progress at once (PROXY_MAX_REQUESTS) */
+  maxRequests: number
+  /** how long a client may take to send its request headers; 60 s (SPEC §10.4), shorter in tests */
+  headersTimeoutMs?: number
   tokens: AuthorizationSource
   log: pino.Logger
   /** the access log: one call per request, answered or abandoned */
@@ -49,6 +53,8 @@ const RETRYABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
 const STALE_SOCKET_ERRORS = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE'])
 /** Errors that mean the upstream took the connection but closed it under the request. */
 const RESET_ERRORS = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE', 'UND_ERR_CLOSED'])
+/** Request headers must be complete within this (SPEC §10.4). */
+export const HEADERS_TIMEOUT_MS = 60_000
 /** Every method Node parses, but those refused: SPEC §3.1 forwards any method. */
 const FORWARDED_METHODS = METHODS.filter((m) => !REFUSED_METHODS.has(m))
 
@@ -63,6 +69,8 @@ declare module 'fastify' {
     sidecarReplayed: boolean
     /** performance.now() on arrival, for the line of an abandoned request */
     sidecarStarted: number
+    /** counted among the requests in progress */
+    sidecarCounted: boolean
   }
 }
 
@@ -84,9 +92,10 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
     // no child logger per request: no request-bound field is logged through it
     childLoggerFactory: (logger) => logger,
     genReqId: requestIdOf,
-    // A long upload is not cut by a whole-request timeout; slow headers are
-    // (Node's headersTimeout, 60 s).
+    // A long upload is not cut by a whole-request timeout; slow headers are:
+    // Node answers 408 and closes (SPEC §10.4), checked every few seconds.
     requestTimeout: 0,
+    http: { headersTimeout: o.headersTimeoutMs ?? HEADERS_TIMEOUT_MS, connectionsCheckingInterval: Math.min(5_000, o.headersTimeoutMs ?? HEADERS_TIMEOUT_MS) },
     // Requests already on kept-alive connections when SIGTERM comes are
     // served, not answered 503: drain first, close after (PITFALLS, Kubernetes).
     return503OnClosing: false,
@@ -104,16 +113,33 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
   app.decorateRequest('sidecarDestination', '')
   app.decorateRequest('sidecarReplayed', false)
   app.decorateRequest('sidecarStarted', 0)
+  app.decorateRequest('sidecarCounted', false)
 
   // Before the plugin sees anything: its own checks let `//host/x` and
   // double-encoded dot segments through and normalise `/a/./b` (PITFALLS).
   // Then the token: rewriteRequestHeaders is synchronous, so the header must
   // be at hand before the request is proxied.
+  // Requests in progress, counted until they are answered or abandoned (the
+  // onResponse and onRequestAbort hooks below; a response's own 'close' is
+  // not emitted for pipelined requests still queued when the client leaves):
+  // beyond the cap the sidecar answers 503 at once rather than queue without
+  // bound (SPEC §10.4; Envoy's circuit breakers default to 1,024).
+  let inProgress = 0
+  const release = (request: FastifyRequest): void => {
+    if (request.sidecarCounted) {
+      request.sidecarCounted = false
+      inProgress--
+    }
+  }
   app.addHook('onRequest', function confineAndAuthorize (request, reply, done) {
     request.sidecarStarted = performance.now()
     const raw = request.raw
+    if (inProgress >= o.maxRequests) return sendError(reply, 'overloaded', undefined, '1')
+    inProgress++
+    request.sidecarCounted = true
     if (!isConfined(raw.url ?? '')) return sendError(reply, 'bad_request')
     if (REFUSED_METHODS.has(raw.method ?? '')) return sendError(reply, 'bad_request', 405)
+    if (hasAmbiguousHeaders(raw.rawHeaders, raw.headers.connection)) return sendError(reply, 'bad_request')
     const header = o.tokens.current()
     if (header !== undefined) {
       request.sidecarAuthorization = header
@@ -126,10 +152,12 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
   })
 
   app.addHook('onResponse', function accessLog (request, reply, done) {
+    release(request)
     o.onResponse(accessLine(request, reply.statusCode, reply.elapsedTime))
     done()
   })
   app.addHook('onRequestAbort', function abandoned (request, done) {
+    release(request)
     o.onResponse(accessLine(request, 499, performance.now() - request.sidecarStarted))
     done()
   })
@@ -190,6 +218,7 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
         const stream = res.stream as NodeJS.ReadableStream & { destroy(): void }
         if (reply.sent) return stream.destroy() // an invalid status code was already answered 502
         if (res.statusCode === 401) return upstreamRejected(request as FastifyRequest, reply as FastifyReply, res.stream)
+        o.tokens.accepted()
         reply.send(res.stream)
       },
       onError (reply, { error }) {
@@ -209,8 +238,8 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
    * once more with the new token, one with a body gets the 401.
    */
   function upstreamRejected (request: FastifyRequest, reply: FastifyReply, body: unknown): void {
-    o.tokens.rejected(request.sidecarAuthorization)
-    if (request.sidecarReplayed || hasBody(request.raw.headers as HeaderValues)) {
+    const renewing = o.tokens.rejected(request.sidecarAuthorization)
+    if (!renewing || request.sidecarReplayed || hasBody(request.raw.headers as HeaderValues)) {
       reply.send(body)
       return
     }

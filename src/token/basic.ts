@@ -18,7 +18,8 @@ export class BasicAuthorization implements AuthorizationSource {
   stop (): void {}
   current (): string { return this.#header }
   authorization (): Promise<string> { return Promise.resolve(this.#header) }
-  rejected (): void {}
+  rejected (): boolean { return false }
+  accepted (): void {}
   ready (): boolean { return true }
   notReadyReason (): undefined { return undefined }
   expiresInSeconds (): number { return 0 }

@@ -78,6 +78,14 @@ function withCommon (form: URLSearchParams, input: GrantInput): string {
   return form.toString()
 }
 
+/**
+ * Lifetimes are capped at a year (SPEC §10.2): `expires_in: 1e306` is a
+ * number, but times a thousand it is Infinity, and Infinity minus Infinity in
+ * the schedule was NaN, a timer of 0 ms and a grant loop. A token that claims
+ * to live longer is renewed after half a year, late but never at once.
+ */
+export const MAX_LIFETIME_MS = 365 * 86_400_000
+
 // RFC 6750 b64token: what may follow "Bearer " in a header, nothing else.
 const B64TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/
 /** Longest error_description quoted in a log line. */
@@ -108,7 +116,7 @@ export function checkTokenResponse (res: TokenEndpointResponse): TokenSet {
   if (typeof expiresIn !== 'number' || !Number.isFinite(expiresIn)) throw invalid('expires_in is missing or not a number')
   if (expiresIn < 1) throw invalid('expires_in must be at least 1 second')
 
-  const set: TokenSet = { accessToken, expiresInMs: expiresIn * 1000 }
+  const set: TokenSet = { accessToken, expiresInMs: Math.min(expiresIn * 1000, MAX_LIFETIME_MS) }
 
   const refreshToken = fields.refresh_token
   if (refreshToken !== undefined && refreshToken !== null) {
@@ -119,7 +127,7 @@ export function checkTokenResponse (res: TokenEndpointResponse): TokenSet {
       if (typeof refreshExpiresIn !== 'number' || !Number.isFinite(refreshExpiresIn) || refreshExpiresIn < 0) {
         throw invalid('refresh_expires_in must be a number of seconds, 0 or more')
       }
-      if (refreshExpiresIn > 0) set.refreshExpiresInMs = refreshExpiresIn * 1000
+      if (refreshExpiresIn > 0) set.refreshExpiresInMs = Math.min(refreshExpiresIn * 1000, MAX_LIFETIME_MS)
     }
   }
   return set

@@ -1,6 +1,7 @@
 import type { Credentials } from '../config/credentials.js'
 import { TokenUnavailableError } from '../errors.js'
 import type { Logger } from '../logger.js'
+import { SecretScrubber } from '../secrets.js'
 import { MAX_TIMER_MS, systemClock, type Clock } from './clock.js'
 import {
   checkTokenResponse, GrantError, isCredentialRejection, passwordForm, refreshForm,
@@ -9,6 +10,10 @@ import {
 import { backoffDelay, renewalDelay, slowRetryDelay, usableFor } from './schedule.js'
 
 export type GrantOutcome = 'success' | 'rejected' | 'error'
+
+/** 401-caused renewals in a row wait 0, then 1 s, doubling up to 60 s (SPEC §10.3). */
+export const UPSTREAM_401_BACKOFF_MIN_MS = 1_000
+export const UPSTREAM_401_BACKOFF_MAX_MS = 60_000
 
 export interface TokenManagerOptions {
   tokenUrl: string
@@ -26,6 +31,8 @@ export interface TokenManagerOptions {
   clock?: Clock
   random?: () => number
   onGrant?: (grant: GrantType, outcome: GrantOutcome) => void
+  /** replaces known secret values in texts before they are logged */
+  secrets?: SecretScrubber
 }
 
 /** What a proxied request needs: an Authorization header value, now or soon. */
@@ -34,8 +41,15 @@ export interface AuthorizationSource {
   current(): string | undefined
   /** The header, waiting (bounded) for a token being obtained; rejects with TokenUnavailableError. */
   authorization(): Promise<string>
-  /** The upstream rejected this header: drop it and obtain another, once per header. */
-  rejected(header: string): void
+  /**
+   * The upstream rejected this header: drop it and obtain another, once per
+   * header. Returns whether a new one is being obtained (a replay may wait
+   * for it); false while 401-caused renewals back off, or when another
+   * request's 401 already replaced it.
+   */
+  rejected(header: string): boolean
+  /** The upstream answered something other than 401: 401-caused renewals stop backing off. */
+  accepted(): void
   /** Whether a valid credential is held (readiness). */
   ready(): boolean
   /** Why not ready, in a few words an operator can act on; undefined when ready. */
@@ -93,9 +107,15 @@ export class TokenManager implements AuthorizationSource {
   #alternateTokenUrl: string | undefined
   #stopped = false
   readonly #waiters = new Set<Waiter>()
+  /** renewals caused by upstream 401s with no other upstream answer in between */
+  readonly #secrets: SecretScrubber
+  #renewals401 = 0
+  #next401RenewalAt = 0
+  #backoffLogged = false
 
   constructor (options: TokenManagerOptions) {
     this.#o = options
+    this.#secrets = options.secrets ?? new SecretScrubber()
     this.#tokenUrl = options.tokenUrl
     this.#alternateTokenUrl = options.alternateTokenUrl
     this.#clock = options.clock ?? systemClock
@@ -173,11 +193,31 @@ export class TokenManager implements AuthorizationSource {
     })
   }
 
-  rejected (header: string): void {
-    if (this.#token?.header !== header) return // already replaced: one renewal per rejected token
+  rejected (header: string): boolean {
+    const token = this.#token
+    if (token === undefined || token.header !== header) return true // already replaced: one renewal per rejected token
+    const now = this.#clock.now()
+    if (now < this.#next401RenewalAt) {
+      // An upstream that rejects every token would otherwise drive a grant
+      // per request (SPEC §10.3): the 401 is relayed and the token kept.
+      if (!this.#backoffLogged) this.#o.log.warn({ event: 'token', reason: 'upstream_401', renewalsInARow: this.#renewals401, nextRenewalInMs: Math.round(this.#next401RenewalAt - now) }, 'upstream rejects new tokens too: keeping the token, the next renewal on a 401 waits')
+      this.#backoffLogged = true
+      return false
+    }
+    this.#renewals401 += 1
+    this.#next401RenewalAt = now + Math.min(UPSTREAM_401_BACKOFF_MAX_MS, UPSTREAM_401_BACKOFF_MIN_MS * 2 ** Math.min(this.#renewals401 - 1, 30))
+    this.#backoffLogged = false
     this.#token = undefined
     this.#o.log.warn({ event: 'token', reason: 'upstream_401' }, 'upstream rejected the access token: obtaining a new one')
     this.#renewNow()
+    return true
+  }
+
+  accepted (): void {
+    if (this.#renewals401 !== 0) {
+      this.#renewals401 = 0
+      this.#next401RenewalAt = 0
+    }
   }
 
   #renewNow (): void {
@@ -202,13 +242,15 @@ export class TokenManager implements AuthorizationSource {
           set = await this.#send(grant, refreshForm(this.#client(), refresh.token))
         } catch (err) {
           if (!(err instanceof GrantError) || err.kind !== 'rejected' || this.#stopped) throw err
-          this.#o.log.info({ event: 'token', grant, outcome: 'rejected', reason: err.message }, 'refresh token refused: falling back to the password grant')
+          this.#o.log.info({ event: 'token', grant, outcome: 'rejected', reason: this.#secrets.scrub(err.message) }, 'refresh token refused: falling back to the password grant')
           grant = 'password'
         }
       }
       if (set === undefined) {
         this.#refresh = undefined
         const creds = this.#o.credentials.read()
+        this.#secrets.add(creds.password)
+        this.#secrets.add(creds.clientSecret)
         set = await this.#send(grant, passwordForm(this.#client(creds.clientSecret), creds.username, creds.password))
       }
       this.#store(set, grant)
@@ -219,6 +261,7 @@ export class TokenManager implements AuthorizationSource {
   }
 
   #client (clientSecret = this.#o.credentials.read().clientSecret): GrantInput {
+    this.#secrets.add(clientSecret)
     const { clientId, scope } = this.#o.client
     return { clientId, ...(clientSecret !== undefined && { clientSecret }), ...(scope !== undefined && { scope }) }
   }
@@ -288,6 +331,8 @@ export class TokenManager implements AuthorizationSource {
   }
 
   #store (set: TokenSet, grant: GrantType): void {
+    this.#secrets.addToken(set.accessToken)
+    this.#secrets.addToken(set.refreshToken)
     const now = this.#clock.now()
     const header = `Bearer ${set.accessToken}`
     this.#token = { header, receivedAt: now, lifetimeMs: set.expiresInMs, usableUntil: now + usableFor(set.expiresInMs) }
@@ -333,7 +378,7 @@ export class TokenManager implements AuthorizationSource {
       event: 'token',
       grant,
       outcome: rejected ? 'rejected' : 'error',
-      reason: e.message,
+      reason: this.#secrets.scrub(e.message),
       attempt: this.#failures,
       retryInMs: Math.round(delay),
       tokenValid: this.current() !== undefined

@@ -33,7 +33,7 @@ t.test('defaults and derived values', async (t) => {
   })
   t.equal(c.accessLog, true)
   t.same(c.warnings, [])
-  t.same(c.proxy, { host: '127.0.0.1', port: 8080 })
+  t.same(c.proxy, { host: '127.0.0.1', port: 8080, maxRequests: 1024 })
   t.same(c.admin, { host: '0.0.0.0', port: 9090 })
   t.equal(c.logLevel, 'info')
   t.same(c.token, { timeoutMs: 10000, waitMs: 5000, retryMinMs: 1000, retryMaxMs: 30000, rejectedRetryMs: 60000 })
@@ -169,4 +169,13 @@ t.test('.env: egress proxy variables work from it; NODE_EXTRA_CA_CERTS there is 
   t.equal(c.accessLog, false)
   t.same(c.warnings, ['NODE_EXTRA_CA_CERTS in .env has no effect: Node.js reads it only when the process starts; set it in the environment'])
   t.same(problems({ ...minimal, ACCESS_LOG: 'sometimes' }), ['ACCESS_LOG must be true or false'])
+})
+
+t.test('a malformed HTTP_PROXY or HTTPS_PROXY is a configuration error, named without its password', async (t) => {
+  const got = problems({ ...minimal, HTTPS_PROXY: 'http://user:pw-secret-77@[::1', http_proxy: 'socks5://user:pw-secret-77@host:1080' })
+  t.same(got, [
+    'HTTP_PROXY must be a proxy URL such as http://host:3128 (credentials, if any, as http://user:password@host:3128)'.replace('HTTP_PROXY', 'http_proxy'),
+    'HTTPS_PROXY must be a proxy URL such as http://host:3128 (credentials, if any, as http://user:password@host:3128)'
+  ])
+  t.notMatch(JSON.stringify(got), 'pw-secret-77')
 })

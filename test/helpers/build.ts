@@ -25,7 +25,7 @@ export interface Harness {
  * prefix), against a Keycloak-like TokenServer; everything is closed in
  * teardown. `env` overrides the configuration.
  */
-export async function build (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}): Promise<Harness> {
+export async function build (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}, deps: { headersTimeoutMs?: number } = {}): Promise<Harness> {
   const tokenServer = new TokenServer({
     clients: { 'legacy-app': CLIENT_SECRET },
     users: { 'service-user': PASSWORD },
@@ -49,7 +49,7 @@ export async function build (t: Test, env: Record<string, string> = {}, tokenOpt
     ...env
   }, { cwd: '/nonexistent' })
   const log = captureLogger()
-  const app = await buildApp(config, { logger: log.logger })
+  const app = await buildApp(config, { logger: log.logger, ...deps })
   const { proxy, admin } = await app.listen()
   t.teardown(async () => {
     await app.close(500)

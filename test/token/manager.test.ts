@@ -336,3 +336,55 @@ t.test('no password, client secret or token in any log line above', async (t) =>
   t.ok(allLines.length > 50, `${allLines.length} lines searched`)
   t.same(allLines.filter((l) => l.includes(PASSWORD) || l.includes(CLIENT_SECRET) || /eyJhbGciOiJIUzI1NiJ9\.|refresh-\d/.test(l)), [])
 })
+
+t.test('an expires_in too large for a timer (1e7, 1e306) renews late, never at once', async (t) => {
+  for (const seconds of [1e7, 1e306]) {
+    const { clock, endpoint, manager } = setup(t)
+    endpoint.queue.push({ status: 200, body: JSON.stringify({ access_token: 'abc', expires_in: seconds, refresh_token: 'r', refresh_expires_in: seconds }) })
+    manager.start()
+    await clock.advance(0)
+    t.equal(manager.ready(), true, String(seconds))
+    await clock.advance(86_400_000) // a day
+    t.equal(endpoint.calls.length, 1, `${seconds}: no renewal within a day`)
+  }
+})
+
+t.test('401-caused renewals in a row wait 0, 1, 2, 4 ... 60 s; any other answer resets the back-off', async (t) => {
+  const { clock, endpoint, manager } = setup(t)
+  for (let i = 0; i < 40; i++) endpoint.queue.push({ status: 200, body: JSON.stringify({ access_token: `t${i}`, expires_in: 3600 }) })
+  manager.start()
+  await clock.advance(0)
+  const renewAt: number[] = []
+  const started = clock.now()
+  for (let second = 0; second < 200; second++) {
+    const header = manager.current()!
+    if (manager.rejected(header)) renewAt.push(Math.round((clock.now() - started) / 1000))
+    await clock.advance(1_000)
+  }
+  t.same(renewAt, [0, 1, 3, 7, 15, 31, 63, 123, 183], 'gaps 1, 2, 4, 8, 16, 32, then 60 s')
+  manager.accepted()
+  const header = manager.current()!
+  t.equal(manager.rejected(header), true, 'after another answer the next 401 renews at once')
+})
+
+t.test('an auth server that echoes the submitted form: no password, client secret or refresh token reaches the log', async (t) => {
+  const { clock, endpoint, manager, log } = setup(t)
+  // the first grant succeeds; every later one is refused with the form quoted back, raw and encoded
+  let calls = 0
+  endpoint.fallback = () => {
+    calls += 1
+    if (calls === 1) return { status: 200, body: JSON.stringify({ access_token: 'access-token-abcdef', expires_in: 60, refresh_token: 'refresh-token-ghijkl', refresh_expires_in: 600 }) }
+    const form = new URLSearchParams(endpoint.calls.at(-1)!.form).toString()
+    const raw = Object.values(endpoint.calls.at(-1)!.form).join(' ')
+    return keycloakError(400, calls === 2 ? 'invalid_grant' : 'invalid_request', `cannot use ${form} / ${raw}`)
+  }
+  manager.start()
+  await clock.advance(0)
+  t.ok(manager.ready())
+  await clock.advance(50_000) // the refresh (refused, echoed), then password grants (refused, echoed)
+  t.ok(endpoint.calls.length >= 3, `${endpoint.calls.length} grant requests`)
+  const all = log.lines.join('\n')
+  t.match(all, /invalid_grant/, 'the auth server\'s error code is logged as it came')
+  t.match(all, /\[redacted\]/)
+  for (const secret of [PASSWORD, encodeURIComponent(PASSWORD), CLIENT_SECRET, 'refresh-token-ghijkl', 'access-token-abcdef']) t.notMatch(all, secret, secret)
+})

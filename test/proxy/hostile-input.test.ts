@@ -1,0 +1,110 @@
+import { connect } from 'node:net'
+import t from 'tap'
+import { isConfined } from '../../src/proxy/confine.js'
+import { build, rawRequest, send, statusOf, until } from '../helpers/build.js'
+
+// SPEC §10.6: what legacy servers read as something else is refused before anything is forwarded.
+const READ_AS_SOMETHING_ELSE = [
+  '/..;/admin', '/a/..;/b', '/.;/x', '/%2e%2e;/admin', '/a/..;jsessionid=1/x',
+  '/a%00b', '/a%2500b',
+  '/%c0%ae%c0%ae/x', '/a%c0%afb', '/a%c1%9cb', '/%e0%80%ae%e0%80%ae/x', '/%C0%AE%C0%AE/x',
+  '/%ef%bc%8e%ef%bc%8e/x', '/a%ef%bc%8fb', '/a%EF%BC%BCb', '/%25ef%25bc%258e%25ef%25bc%258e/x'
+]
+
+t.test('dot segments with ;parameters, NUL, overlong UTF-8 and full-width dots and slashes are refused; ordinary ;parameters pass', async (t) => {
+  for (const target of READ_AS_SOMETHING_ELSE) t.equal(isConfined(target), false, target)
+  for (const target of ['/items;jsessionid=1', '/a;b/c', '/caf%C3%A9', '/%E2%82%AC', '/x.y;v=1']) t.equal(isConfined(target), true, target)
+  const h = await build(t)
+  await until(() => h.app.tokens.ready())
+  for (const target of READ_AS_SOMETHING_ELSE) {
+    const raw = await rawRequest(h.proxyPort, `GET ${target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`)
+    t.equal(statusOf(raw), 400, target)
+  }
+  t.equal(h.upstream.received.length, 0, 'none reached the upstream')
+  t.equal((await send(`${h.proxyUrl}/items;jsessionid=1`)).status, 200)
+  t.equal(h.upstream.received.at(-1)!.url, '/api/items;jsessionid=1')
+})
+
+t.test('two Host headers, or a Connection header naming Content-Length, Transfer-Encoding or Host: 400, nothing forwarded', async (t) => {
+  const h = await build(t)
+  await until(() => h.app.tokens.ready())
+  const cases = [
+    'GET /a HTTP/1.1\r\nHost: x\r\nHost: y\r\nConnection: close\r\n\r\n',
+    'POST /a HTTP/1.1\r\nHost: x\r\nConnection: content-length\r\nContent-Length: 5\r\n\r\nhello',
+    'POST /a HTTP/1.1\r\nHost: x\r\nConnection: close, Transfer-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n',
+    'GET /a HTTP/1.1\r\nHost: x\r\nConnection: host\r\n\r\n'
+  ]
+  for (const text of cases) t.equal(statusOf(await rawRequest(h.proxyPort, text)), 400, text.split('\r\n').slice(1, 3).join(' | '))
+  t.equal(h.upstream.received.length, 0)
+  const lines = h.log.records().filter((r) => r.msg === 'request')
+  await until(() => h.log.records().filter((r) => r.msg === 'request').length === cases.length)
+  t.ok(lines.length <= cases.length, 'each refusal has its access-log line')
+})
+
+t.test('X-Original-URL and X-Rewrite-URL are dropped', async (t) => {
+  const h = await build(t)
+  await until(() => h.app.tokens.ready())
+  t.equal((await send(`${h.proxyUrl}/public`, { headers: { 'x-original-url': '/admin', 'x-rewrite-url': '/admin' } })).status, 200)
+  const got = h.upstream.received.at(-1)!
+  t.equal(got.headers['x-original-url'], undefined)
+  t.equal(got.headers['x-rewrite-url'], undefined)
+})
+
+t.test('requests in progress beyond PROXY_MAX_REQUESTS get 503 overloaded at once; the admin port keeps answering', async (t) => {
+  const h = await build(t, { PROXY_MAX_REQUESTS: '3' })
+  await until(() => h.app.tokens.ready())
+  const slow = Array.from({ length: 3 }, async () => await send(`${h.proxyUrl}/_slow/600`))
+  await until(() => h.upstream.received.length === 3)
+  const over = await send(`${h.proxyUrl}/x`)
+  t.equal(over.status, 503)
+  t.same(JSON.parse(over.body), { error: 'overloaded', message: 'too many requests in progress; retry later' })
+  t.equal(over.headers['retry-after'], '1')
+  t.equal((await send(`${h.adminUrl}/healthz`)).status, 200)
+  t.same((await Promise.all(slow)).map((r) => r.status), [200, 200, 200])
+  t.equal((await send(`${h.proxyUrl}/after`)).status, 200, 'the count went down again')
+  // a client that leaves mid-request frees its place too
+  const socket = connect(h.proxyPort, '127.0.0.1')
+  await new Promise<void>((resolve) => socket.once('connect', () => resolve()))
+  for (let i = 0; i < 3; i++) socket.write(`GET /_slow/300?${i} HTTP/1.1\r\nHost: x\r\n\r\n`)
+  socket.destroy()
+  await new Promise((resolve) => setTimeout(resolve, 400))
+  t.same(await Promise.all([send(`${h.proxyUrl}/a`), send(`${h.proxyUrl}/b`), send(`${h.proxyUrl}/c`)]).then((rs) => rs.map((r) => r.status)), [200, 200, 200])
+})
+
+t.test('request headers must be complete in time: 408 and the connection closed; the admin port unaffected', async (t) => {
+  // the limit is 60 s in production; 800 ms here
+  const h = await build(t, {}, {}, { headersTimeoutMs: 800 })
+  await until(() => h.app.tokens.ready())
+  const sockets = Array.from({ length: 5 }, () => connect(h.proxyPort, '127.0.0.1'))
+  const results = sockets.map((socket) => new Promise<{ answer: string, ms: number }>((resolve) => {
+    const started = Date.now()
+    let answer = ''
+    socket.on('data', (c: Buffer) => { answer += c.toString() })
+    socket.on('close', () => resolve({ answer, ms: Date.now() - started }))
+    socket.on('error', () => {})
+    socket.write('GET /slowloris HTTP/1.1\r\nHost: x\r\n')
+    const drip = setInterval(() => { if (!socket.destroyed) socket.write('X') }, 200)
+    socket.on('close', () => clearInterval(drip))
+  }))
+  t.equal((await send(`${h.adminUrl}/healthz`)).status, 200)
+  for (const r of await Promise.all(results)) {
+    t.match(r.answer, /^HTTP\/1\.1 408 /)
+    t.ok(r.ms < 5_000, `closed after ${r.ms} ms`)
+  }
+  t.equal(h.upstream.received.length, 0)
+})
+
+t.test('time queued for a free upstream connection counts against UPSTREAM_TIMEOUT_MS; the queued requests never reach the upstream', async (t) => {
+  const h = await build(t, { UPSTREAM_TIMEOUT_MS: '500', UPSTREAM_CONNECTIONS: '2' })
+  await until(() => h.app.tokens.ready())
+  const started = Date.now()
+  const replies = await Promise.all(Array.from({ length: 8 }, async (_, i) => {
+    const r = await send(`${h.proxyUrl}/_slow/5000?${i}`)
+    return { status: r.status, ms: Date.now() - started }
+  }))
+  t.same(replies.map((r) => r.status), Array(8).fill(504))
+  t.ok(replies.every((r) => r.ms < 1_500), `all answered within ${Math.max(...replies.map((r) => r.ms))} ms`)
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  t.equal(h.upstream.received.length, 2, 'only the two that had a connection were sent')
+  t.equal((await send(`${h.proxyUrl}/_slow/10`)).status, 200, 'and the pool serves again')
+})
