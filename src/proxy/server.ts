@@ -5,6 +5,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, t
 import type pino from 'pino'
 import type { Dispatcher } from 'undici'
 import { errorBody, ERRORS, TokenUnavailableError, type ErrorCode } from '../errors.js'
+import type { UpstreamErrorReason } from '../admin/metrics.js'
 import type { AuthorizationSource } from '../token/manager.js'
 import { isConfined } from './confine.js'
 import { hasAmbiguousHeaders, REQUEST_ID, relayedResponseHeaders, upstreamRequestHeaders, type HeaderValues } from './headers.js'
@@ -26,7 +27,7 @@ export interface ProxyOptions {
   /** the access log: one call per request, answered or abandoned */
   onResponse: (line: AccessLine) => void
   /** the sidecar answered 502 or 504 itself, for this reason */
-  onUpstreamError: (reason: 'unreachable' | 'timeout' | 'reset') => void
+  onUpstreamError: (reason: UpstreamErrorReason) => void
 }
 
 export interface AccessLine {
