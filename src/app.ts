@@ -111,6 +111,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     basePath: config.upstream.basePath,
     dispatcher: upstreamDispatcher,
     maxRequests: config.proxy.maxRequests,
+    upstreamTimeoutMs: config.upstream.timeoutMs,
     ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }),
     tokens,
     log: proxyLog,

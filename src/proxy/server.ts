@@ -20,6 +20,8 @@ export interface ProxyOptions {
   dispatcher: Dispatcher
   /** most requests in progress at once (PROXY_MAX_REQUESTS) */
   maxRequests: number
+  /** UPSTREAM_TIMEOUT_MS, for WebSocket handshakes (HTTP requests have the dispatcher's deadline) */
+  upstreamTimeoutMs: number
   /** how long a client may take to send its request headers; 60 s (SPEC §10.4), shorter in tests */
   headersTimeoutMs?: number
   tokens: AuthorizationSource
@@ -254,7 +256,14 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
     }, (err: unknown) => tokenUnavailable(reply, err))
   }
 
-  const ws = new WebSocketProxy({ origin: o.origin, basePath: o.basePath, tokens: o.tokens, log: o.log })
+  const ws = new WebSocketProxy({
+    origin: o.origin,
+    basePath: o.basePath,
+    tokens: o.tokens,
+    log: o.log,
+    timeoutMs: o.upstreamTimeoutMs,
+    onSession: (line) => o.onResponse(line)
+  })
   // The plugin's WebSocket support completes the client's handshake before
   // it connects upstream and offers the upstream only one subprotocol, so an
   // upstream 401 reaches the client as 101 then close 1011 (PITFALLS). The

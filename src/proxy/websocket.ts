@@ -13,6 +13,38 @@ export interface WebSocketProxyOptions {
   basePath: string
   tokens: AuthorizationSource
   log: Logger
+  /** longest wait for the upstream's answer to the handshake (UPSTREAM_TIMEOUT_MS), then 504 */
+  timeoutMs: number
+  /** one access-log line per session, when it ends: 101, or the status the client got */
+  onSession: (line: { requestId: string, method: string, path: string, status: number, durationMs: number }) => void
+}
+
+/** RFC 7230 token characters: what a subprotocol name may be made of. */
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
+/** A Sec-WebSocket-Key is 16 random bytes in base64. */
+const KEY = /^[A-Za-z0-9+/]{22}==$/
+
+/**
+ * Why a handshake cannot be forwarded faithfully (SPEC §10.1), or undefined:
+ * decided before anything reaches the upstream.
+ */
+export function handshakeProblem (req: IncomingMessage): string | undefined {
+  const url = req.url ?? ''
+  if (url.includes('#')) return 'a fragment in the target'
+  if ((req.headers.upgrade ?? '').toLowerCase() !== 'websocket') return 'not a WebSocket upgrade'
+  if (req.headers['sec-websocket-version'] !== '13') return 'an unknown Sec-WebSocket-Version'
+  if (!KEY.test(req.headers['sec-websocket-key'] ?? '')) return 'a missing or malformed Sec-WebSocket-Key'
+  let protocolHeaders = 0
+  for (let i = 0; i < req.rawHeaders.length; i += 2) {
+    if (req.rawHeaders[i]!.toLowerCase() === 'sec-websocket-protocol') protocolHeaders++
+  }
+  if (protocolHeaders > 1) return 'a duplicated Sec-WebSocket-Protocol'
+  const protocol = req.headers['sec-websocket-protocol']
+  if (protocol !== undefined) {
+    const names = protocol.split(',').map((p) => p.trim())
+    if (names.some((n) => !TOKEN.test(n)) || new Set(names).size !== names.length) return 'a malformed Sec-WebSocket-Protocol'
+  }
+  return undefined
 }
 
 /** Close codes that may not be sent in a close frame (RFC 6455 §7.4.1), and what is sent instead. */
@@ -28,7 +60,6 @@ let wsModule: Promise<WsModule> | undefined
 // ws's readyState values (WebSocket is imported as a type only)
 const OPEN = 1
 const CONNECTING = 0
-const CLOSED = 3
 
 /**
  * WebSocket upgrades (SPEC §3.4): the upstream handshake carries the
@@ -43,6 +74,11 @@ export class WebSocketProxy {
   #ws: WsModule | undefined
   readonly #target: string
   readonly #open = new Set<WebSocket>()
+  /** client sockets whose handshake is under way */
+  readonly #pending = new Set<Duplex>()
+  /** upstream WebSockets still connecting */
+  readonly #connecting = new Set<WebSocket>()
+  #closing = false
 
   constructor (o: WebSocketProxyOptions) {
     this.#o = o
@@ -51,48 +87,84 @@ export class WebSocketProxy {
 
   /** The server's 'upgrade' listener. */
   readonly upgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
+    const started = performance.now()
     socket.on('error', () => socket.destroy())
     const client = readClientHeaders(req.rawHeaders)
     const requestId = client.requestId ?? randomUUID()
     const url = req.url ?? ''
-    if (!isConfined(url) || (req.headers.upgrade ?? '').toLowerCase() !== 'websocket') return refuse(socket, 'bad_request', requestId)
+    const q = url.indexOf('?')
+    let status = 0
+    // one access line per session, whatever ends it
+    socket.once('close', () => {
+      this.#pending.delete(socket)
+      this.#o.onSession({ requestId, method: req.method ?? 'GET', path: q === -1 ? url : url.slice(0, q), status: status || 499, durationMs: Math.round((performance.now() - started) * 10) / 10 })
+    })
+    const answer = (code: ErrorCode, retryAfter?: number): void => {
+      status = ERRORS[code].status
+      refuse(socket, code, requestId, retryAfter)
+    }
+    const problem = isConfined(url) ? handshakeProblem(req) : 'a target outside BASE_URL'
+    if (problem !== undefined) {
+      this.#o.log.debug({ requestId, problem }, 'websocket handshake refused')
+      return answer('bad_request')
+    }
+    if (this.#closing) { socket.destroy(); return }
+    this.#pending.add(socket)
     wsModule ??= import('ws').then((m) => ({ WebSocket: m.WebSocket, WebSocketServer: m.WebSocketServer }))
     Promise.all([wsModule, this.#o.tokens.authorization()]).then(([ws, authorization]) => {
+      if (socket.destroyed) return
       if (this.#ws === undefined) {
         this.#ws = ws
         this.#wss = new ws.WebSocketServer({ noServer: true, perMessageDeflate: false })
       }
-      this.#connect(req, socket, head, url, authorization, requestId, client)
-    }, (err: unknown) => {
-      refuse(socket, 'token_unavailable', requestId, err instanceof TokenUnavailableError ? err.retryAfterSeconds : 1)
+      this.#connect(req, socket, head, url, authorization, requestId, client, (s) => { status = s })
+    }).catch((err: unknown) => {
+      if (err instanceof TokenUnavailableError) return answer('token_unavailable', err.retryAfterSeconds)
+      this.#o.log.warn({ requestId, err: { type: (err as Error).name } }, 'websocket upgrade failed')
+      answer('upstream_unreachable')
     })
   }
 
-  /** Closes every open WebSocket with 1001 (going away). */
+  /** Closes every open WebSocket with 1001 (going away), and every handshake still under way. */
   close (): void {
+    this.#closing = true
     for (const ws of this.#open) ws.close(1001, 'proxy shutting down')
+    for (const socket of this.#pending) socket.destroy()
+    for (const upstream of this.#connecting) upstream.terminate()
   }
 
-  #connect (req: IncomingMessage, socket: Duplex, head: Buffer, url: string, authorization: string, requestId: string, client: ReturnType<typeof readClientHeaders>): void {
+  #connect (req: IncomingMessage, socket: Duplex, head: Buffer, url: string, authorization: string, requestId: string, client: ReturnType<typeof readClientHeaders>, onStatus: (status: number) => void): void {
     const protocols = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim()).filter(Boolean)
     const upstream = new this.#ws!.WebSocket(this.#target + url, protocols, {
       headers: websocketHeaders(client, { authorization, host: '', requestId, clientIp: req.socket.remoteAddress }),
       perMessageDeflate: false,
-      followRedirects: false
+      followRedirects: false,
+      // no answer to the handshake in time: 504 (SPEC §10.1)
+      handshakeTimeout: this.#o.timeoutMs
     })
+    this.#connecting.add(upstream)
+    let opened = false
+    upstream.once('open', () => { opened = true; this.#connecting.delete(upstream) })
+    upstream.once('close', () => this.#connecting.delete(upstream))
     const log = this.#o.log
     upstream.once('unexpected-response', (_request, response) => {
       // The upstream refused the upgrade: the client gets its status.
       if (response.statusCode === 401) this.#o.tokens.rejected(authorization)
       const status = response.statusCode ?? 502
+      onStatus(status)
       socket.end(`HTTP/1.1 ${status} ${response.statusMessage ?? ''}\r\nconnection: close\r\ncontent-length: 0\r\nx-request-id: ${requestId}\r\n\r\n`)
       response.destroy()
       upstream.terminate()
     })
     upstream.once('error', (err) => {
-      if (upstream.readyState === CLOSED && !socket.destroyed && !socket.writableEnded) {
-        log.warn({ requestId, upstreamError: (err as { code?: string }).code ?? err.name }, 'websocket upstream failed')
-        refuse(socket, 'upstream_unreachable', requestId)
+      // ws reports a failed handshake in state CLOSING: whatever the state,
+      // a client still waiting gets an answer
+      if (!opened && !socket.destroyed && !socket.writableEnded) {
+        const timedOut = /handshake has timed out/i.test(err.message)
+        log.warn({ requestId, upstreamError: (err as { code?: string }).code ?? (timedOut ? 'handshake_timeout' : err.name) }, 'websocket upstream failed')
+        const code: ErrorCode = timedOut ? 'upstream_timeout' : 'upstream_unreachable'
+        onStatus(ERRORS[code].status)
+        refuse(socket, code, requestId)
       }
     })
     socket.once('close', () => { if (upstream.readyState === CONNECTING) upstream.terminate() })
@@ -106,6 +178,8 @@ export class WebSocketProxy {
       // before is safe: the client gets the subprotocol the upstream chose.
       const wss = this.#wss!
       wss.options.handleProtocols = () => upstream.protocol === '' ? false : upstream.protocol
+      this.#pending.delete(socket)
+      onStatus(101)
       wss.handleUpgrade(req, socket, head, (downstream) => {
         upstream.off('message', keep)
         for (const [data, isBinary] of early) downstream.send(data, { binary: isBinary })

@@ -114,3 +114,78 @@ t.test('open sockets are closed on shutdown', async (t) => {
   t.ok(code === 1000 || code === 1001 || code === 1005, `closed with ${code}`)
   t.ok(Date.now() - started < 4_000, 'without waiting out the grace period')
 })
+
+const HANDSHAKE = 'Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n'
+
+t.test('handshakes that cannot be forwarded faithfully get 400 before anything reaches the upstream; the process and its fds hold', async (t) => {
+  const up = await wsUpstream(t)
+  const h = await build(t, { BASE_URL: `${up.url}/api` })
+  await until(() => h.app.tokens.ready())
+  const { readdirSync } = await import('node:fs')
+  const fds = (): number => readdirSync('/proc/self/fd').length
+  const before = fds()
+  const cases: Array<[string, string]> = [
+    ['a fragment', `GET /x#frag HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}\r\n`],
+    ['a malformed subprotocol', `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}Sec-WebSocket-Protocol: chat v1, ,\r\n\r\n`],
+    ['a repeated subprotocol', `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}Sec-WebSocket-Protocol: a, a\r\n\r\n`],
+    ['two Sec-WebSocket-Protocol headers', `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}Sec-WebSocket-Protocol: a\r\nSec-WebSocket-Protocol: b\r\n\r\n`],
+    ['no key', 'GET /x HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n'],
+    ['an unknown version', `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE.replace('Version: 13', 'Version: 8')}\r\n`]
+  ]
+  for (let round = 0; round < 5; round++) {
+    for (const [name, text] of cases) t.equal(statusOf(await rawRequest(h.proxyPort, text)), 400, `${name} (round ${round + 1})`)
+  }
+  t.equal(up.handshakes.length, 0, 'the upstream saw none of them')
+  await new Promise((resolve) => setTimeout(resolve, 200))
+  t.ok(fds() <= before + 2, `fds ${before} → ${fds()}`)
+  const lines = h.log.records().filter((r) => r.msg === 'request' && r.status === 400)
+  t.equal(lines.length, cases.length * 5, 'each refusal has its access-log line')
+  const ws = await open(`${h.proxyUrl.replace('http', 'ws')}/after`)
+  ws.close()
+  t.pass('and a good handshake still works')
+})
+
+t.test('an unreachable upstream gives 502, one that never answers the handshake 504 after UPSTREAM_TIMEOUT_MS; sessions are logged', async (t) => {
+  const { createServer: createNetServer } = await import('node:net')
+  const closedPort = await new Promise<number>((resolve) => {
+    const s = createNetServer().listen(0, '127.0.0.1', () => { const p = (s.address() as AddressInfo).port; s.close(() => resolve(p)) })
+  })
+  const down = await build(t, { BASE_URL: `http://127.0.0.1:${closedPort}` })
+  await until(() => down.app.tokens.ready())
+  t.equal(statusOf(await rawRequest(down.proxyPort, `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}\r\n`)), 502)
+
+  const silent = createNetServer((socket) => { socket.on('error', () => {}); socket.resume() }) // reads, never answers
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => { silent.close(() => resolve()) }))
+  const mute = await build(t, { BASE_URL: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, UPSTREAM_TIMEOUT_MS: '400' })
+  await until(() => mute.app.tokens.ready())
+  const started = Date.now()
+  t.equal(statusOf(await rawRequest(mute.proxyPort, `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}\r\n`)), 504)
+  t.ok(Date.now() - started < 2_000, `answered after ${Date.now() - started} ms`)
+
+  const up = await wsUpstream(t)
+  const h = await build(t, { BASE_URL: up.url })
+  await until(() => h.app.tokens.ready())
+  const ws = await open(`${h.proxyUrl.replace('http', 'ws')}/session?q=1`)
+  const done = closed(ws)
+  ws.close(1000)
+  await done
+  await until(() => h.log.records().some((r) => r.msg === 'request' && r.status === 101))
+  t.match(h.log.records().find((r) => r.status === 101), { method: 'GET', path: '/session' })
+  await until(() => down.log.records().some((r) => r.msg === 'request' && r.status === 502))
+})
+
+t.test('a handshake still waiting for the upstream does not hold up shutdown', async (t) => {
+  const { createServer: createNetServer } = await import('node:net')
+  const silent = createNetServer((socket) => { socket.on('error', () => {}); socket.resume() })
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => { silent.close(() => resolve()) }))
+  const h = await build(t, { BASE_URL: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, UPSTREAM_TIMEOUT_MS: '30000' })
+  await until(() => h.app.tokens.ready())
+  const pending = rawRequest(h.proxyPort, `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}\r\n`, 10_000)
+  await new Promise((resolve) => setTimeout(resolve, 200))
+  const started = Date.now()
+  await h.app.close(5_000)
+  t.ok(Date.now() - started < 2_000, `closed in ${Date.now() - started} ms`)
+  await pending
+})
