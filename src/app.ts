@@ -112,6 +112,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     dispatcher: upstreamDispatcher,
     maxRequests: config.proxy.maxRequests,
     upstreamTimeoutMs: config.upstream.timeoutMs,
+    egress: config.egress,
     ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }),
     tokens,
     log: proxyLog,

@@ -6,6 +6,7 @@ import type pino from 'pino'
 import type { Dispatcher } from 'undici'
 import { errorBody, ERRORS, TokenUnavailableError, type ErrorCode } from '../errors.js'
 import type { UpstreamErrorReason } from '../admin/metrics.js'
+import type { Config } from '../config/load.js'
 import type { AuthorizationSource } from '../token/manager.js'
 import { isConfined } from './confine.js'
 import { hasAmbiguousHeaders, REQUEST_ID, relayedResponseHeaders, upstreamRequestHeaders, type HeaderValues } from './headers.js'
@@ -22,6 +23,8 @@ export interface ProxyOptions {
   maxRequests: number
   /** UPSTREAM_TIMEOUT_MS, for WebSocket handshakes (HTTP requests have the dispatcher's deadline) */
   upstreamTimeoutMs: number
+  /** the egress proxy, for WebSocket handshakes (HTTP requests have the dispatcher) */
+  egress: Config['egress']
   /** how long a client may take to send its request headers; 60 s (SPEC §10.4), shorter in tests */
   headersTimeoutMs?: number
   tokens: AuthorizationSource
@@ -262,6 +265,7 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
     tokens: o.tokens,
     log: o.log,
     timeoutMs: o.upstreamTimeoutMs,
+    egress: o.egress,
     onSession: (line) => o.onResponse(line)
   })
   // The plugin's WebSocket support completes the client's handshake before

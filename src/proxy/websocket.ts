@@ -5,7 +5,9 @@ import type { RawData, WebSocket, WebSocketServer } from 'ws'
 import { errorBody, ERRORS, TokenUnavailableError, type ErrorCode } from '../errors.js'
 import type { Logger } from '../logger.js'
 import type { AuthorizationSource } from '../token/manager.js'
+import type { Config } from '../config/load.js'
 import { isConfined } from './confine.js'
+import { proxyFor, tunnelThrough } from './tunnel.js'
 import { readClientHeaders, websocketHeaders } from './headers.js'
 
 export interface WebSocketProxyOptions {
@@ -15,6 +17,8 @@ export interface WebSocketProxyOptions {
   log: Logger
   /** longest wait for the upstream's answer to the handshake (UPSTREAM_TIMEOUT_MS), then 504 */
   timeoutMs: number
+  /** the egress proxy settings: WebSockets go through HTTP(S)_PROXY like everything else */
+  egress: Config['egress']
   /** one access-log line per session, when it ends: 101, or the status the client got */
   onSession: (line: { requestId: string, method: string, path: string, status: number, durationMs: number }) => void
 }
@@ -83,7 +87,12 @@ export class WebSocketProxy {
   constructor (o: WebSocketProxyOptions) {
     this.#o = o
     this.#target = o.origin.replace(/^http/, 'ws') + o.basePath
+    const target = new URL(this.#target)
+    const proxy = proxyFor(target, o.egress)
+    if (proxy !== undefined) this.#createConnection = tunnelThrough(proxy, target.protocol === 'wss:')
   }
+
+  readonly #createConnection: ReturnType<typeof tunnelThrough> | undefined
 
   /** The server's 'upgrade' listener. */
   readonly upgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
@@ -140,7 +149,8 @@ export class WebSocketProxy {
       perMessageDeflate: false,
       followRedirects: false,
       // no answer to the handshake in time: 504 (SPEC §10.1)
-      handshakeTimeout: this.#o.timeoutMs
+      handshakeTimeout: this.#o.timeoutMs,
+      ...(this.#createConnection !== undefined && { createConnection: this.#createConnection as never })
     })
     this.#connecting.add(upstream)
     let opened = false

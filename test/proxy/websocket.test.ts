@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import WebSocket, { WebSocketServer } from 'ws'
 import { build, rawRequest, statusOf, until } from '../helpers/build.js'
+import { connectProxy } from '../helpers/connect-proxy.js'
 
 interface Handshake { url: string, headers: IncomingHttpHeaders, protocol: string }
 
@@ -188,4 +189,36 @@ t.test('a handshake still waiting for the upstream does not hold up shutdown', a
   await h.app.close(5_000)
   t.ok(Date.now() - started < 2_000, `closed in ${Date.now() - started} ms`)
   await pending
+})
+
+t.test('WebSockets go through HTTP_PROXY like everything else; NO_PROXY bypasses it', async (t) => {
+  const proxy = await connectProxy(t)
+  const up = await wsUpstream(t)
+  const upstreamAuthority = new URL(up.url).host
+  const h = await build(t, { BASE_URL: up.url, HTTP_PROXY: proxy.url })
+  await until(() => h.app.tokens.ready())
+  const ws = await open(`${h.proxyUrl.replace('http', 'ws')}/through`)
+  ws.send('hi')
+  t.equal(await next(ws), 'echo:hi')
+  t.ok(proxy.tunnels.includes(upstreamAuthority), `tunnelled to ${upstreamAuthority}: ${proxy.tunnels.join(' ')}`)
+  t.equal(up.handshakes.at(-1)!.headers.authorization, h.app.tokens.current())
+  ws.close()
+
+  const before = proxy.tunnels.filter((x) => x === upstreamAuthority).length
+  const direct = await build(t, { BASE_URL: up.url, HTTP_PROXY: proxy.url, NO_PROXY: '127.0.0.1' })
+  await until(() => direct.app.tokens.ready())
+  const ws2 = await open(`${direct.proxyUrl.replace('http', 'ws')}/direct`)
+  ws2.close()
+  t.equal(proxy.tunnels.filter((x) => x === upstreamAuthority).length, before, 'NO_PROXY: not tunnelled')
+})
+
+t.test('an egress proxy that refuses the tunnel: the handshake gets 502', async (t) => {
+  const up = await wsUpstream(t)
+  const refused = new URL(up.url).host
+  // tunnels to the token server, refuses the upstream
+  const proxy = await connectProxy(t, (authority) => authority === refused)
+  const h = await build(t, { BASE_URL: up.url, HTTP_PROXY: proxy.url })
+  await until(() => h.app.tokens.ready())
+  t.equal(statusOf(await rawRequest(h.proxyPort, `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}\r\n`)), 502)
+  t.equal(up.handshakes.length, 0)
 })

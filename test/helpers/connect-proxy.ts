@@ -1,0 +1,33 @@
+import { createServer } from 'node:http'
+import { connect, type AddressInfo } from 'node:net'
+import type { Test } from 'tap'
+
+/**
+ * An egress proxy for tests: answers HTTP CONNECT by tunnelling to the
+ * authority asked for (recorded in `tunnels`), or with 403 for those `refuse`
+ * names; anything else gets 405. Closed in teardown.
+ */
+export async function connectProxy (t: Test, refuse: (authority: string) => boolean = () => false): Promise<{ url: string, tunnels: string[] }> {
+  const tunnels: string[] = []
+  const proxy = createServer((_req, res) => { res.writeHead(405).end() })
+  proxy.on('connect', (req, client, head) => {
+    const authority = req.url ?? ''
+    tunnels.push(authority)
+    if (refuse(authority)) {
+      client.end('HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n')
+      return
+    }
+    const [host, port] = authority.split(':')
+    const target = connect(Number(port), host, () => {
+      client.write('HTTP/1.1 200 Connection Established\r\n\r\n')
+      target.write(head)
+      target.pipe(client)
+      client.pipe(target)
+    })
+    target.on('error', () => client.destroy())
+    client.on('error', () => target.destroy())
+  })
+  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { proxy.closeAllConnections(); proxy.close() })
+  return { url: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`, tunnels }
+}
