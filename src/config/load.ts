@@ -229,7 +229,7 @@ function egressProxy (env: Record<string, string>, problems: string[]): Config['
     // a malformed proxy URL is named, never echoed: it may carry a password
     let url: URL | undefined
     try { url = new URL(value) } catch {}
-    if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.hostname === '') {
+    if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.hostname === '' || !decodable(url.username) || !decodable(url.password)) {
       problems.push(`${set} must be a proxy URL such as http://host:3128 (credentials, if any, as http://user:password@host:3128)`)
       return undefined
     }
@@ -298,6 +298,16 @@ function credentialSource (
 /** A mounted secret's content, without the trailing newline editors add. */
 export function readSecretFile (path: string): string {
   return readFileSync(path, 'utf8').replace(/[\r\n]+$/, '')
+}
+
+/** Whether a URL's user or password decodes (a stray `%` would throw wherever it is used). */
+function decodable (part: string): boolean {
+  try {
+    decodeURIComponent(part)
+    return true
+  } catch {
+    return false
+  }
 }
 
 interface SchemaError {

@@ -31,12 +31,17 @@ export function hasAmbiguousHeaders (raw: string[], connection: string | undefin
     const named = namedIn(connection, undefined)
     if (named !== undefined) for (const name of named) if (FRAMING.has(name)) return true
   }
-  let hosts = 0
+  return countHeader(raw, 'host') > 1
+}
+
+/** How often the header `name` (lower case) appears in a flat rawHeaders list. */
+export function countHeader (raw: string[], name: string): number {
+  let n = 0
   for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i]!
-    if (name.length === 4 && name.toLowerCase() === 'host' && ++hosts > 1) return true
+    const h = raw[i]!
+    if (h.length === name.length && h.toLowerCase() === name) n++
   }
-  return false
+  return n
 }
 
 /** Hop-by-hop headers of the upstream's answer, which concern only that connection. */

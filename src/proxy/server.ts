@@ -8,7 +8,7 @@ import { errorBody, ERRORS, TokenUnavailableError, type ErrorCode } from '../err
 import type { UpstreamErrorReason } from '../admin/metrics.js'
 import type { Config } from '../config/load.js'
 import type { AuthorizationSource } from '../token/manager.js'
-import { isConfined } from './confine.js'
+import { isConfined, pathOf } from './confine.js'
 import { hasAmbiguousHeaders, REQUEST_ID, relayedResponseHeaders, upstreamRequestHeaders, type HeaderValues } from './headers.js'
 import { WebSocketProxy } from './websocket.js'
 
@@ -21,7 +21,7 @@ export interface ProxyOptions {
   dispatcher: Dispatcher
   /** most requests in progress at once (PROXY_MAX_REQUESTS) */
   maxRequests: number
-  /** UPSTREAM_TIMEOUT_MS, for WebSocket handshakes (HTTP requests have the dispatcher's deadline) */
+  /** UPSTREAM_TIMEOUT_MS, for WebSocket handshakes (HTTP requests have the dispatcher's headersTimeout) */
   upstreamTimeoutMs: number
   /** the egress proxy, for WebSocket handshakes (HTTP requests have the dispatcher) */
   egress: Config['egress']
@@ -288,12 +288,10 @@ function hasBody (headers: HeaderValues): boolean {
 }
 
 function accessLine (request: FastifyRequest, status: number, ms: number): AccessLine {
-  const url = request.raw.url ?? ''
-  const q = url.indexOf('?')
   return {
     requestId: request.id,
     method: request.raw.method ?? '',
-    path: q === -1 ? url : url.slice(0, q),
+    path: pathOf(request.raw.url ?? ''),
     status,
     durationMs: Math.round(ms * 10) / 10
   }

@@ -6,9 +6,10 @@ import { errorBody, ERRORS, TokenUnavailableError, type ErrorCode } from '../err
 import type { Logger } from '../logger.js'
 import type { AuthorizationSource } from '../token/manager.js'
 import type { Config } from '../config/load.js'
-import { isConfined } from './confine.js'
+import { isConfined, pathOf } from './confine.js'
 import { proxyFor, tunnelThrough } from './tunnel.js'
-import { readClientHeaders, websocketHeaders } from './headers.js'
+import { countHeader, readClientHeaders, websocketHeaders } from './headers.js'
+import type { AccessLine } from './server.js'
 
 export interface WebSocketProxyOptions {
   origin: string
@@ -20,7 +21,7 @@ export interface WebSocketProxyOptions {
   /** the egress proxy settings: WebSockets go through HTTP(S)_PROXY like everything else */
   egress: Config['egress']
   /** one access-log line per session, when it ends: 101, or the status the client got */
-  onSession: (line: { requestId: string, method: string, path: string, status: number, durationMs: number }) => void
+  onSession: (line: AccessLine) => void
 }
 
 /** RFC 7230 token characters: what a subprotocol name may be made of. */
@@ -38,11 +39,7 @@ export function handshakeProblem (req: IncomingMessage): string | undefined {
   if ((req.headers.upgrade ?? '').toLowerCase() !== 'websocket') return 'not a WebSocket upgrade'
   if (req.headers['sec-websocket-version'] !== '13') return 'an unknown Sec-WebSocket-Version'
   if (!KEY.test(req.headers['sec-websocket-key'] ?? '')) return 'a missing or malformed Sec-WebSocket-Key'
-  let protocolHeaders = 0
-  for (let i = 0; i < req.rawHeaders.length; i += 2) {
-    if (req.rawHeaders[i]!.toLowerCase() === 'sec-websocket-protocol') protocolHeaders++
-  }
-  if (protocolHeaders > 1) return 'a duplicated Sec-WebSocket-Protocol'
+  if (countHeader(req.rawHeaders, 'sec-websocket-protocol') > 1) return 'a duplicated Sec-WebSocket-Protocol'
   const protocol = req.headers['sec-websocket-protocol']
   if (protocol !== undefined) {
     const names = protocol.split(',').map((p) => p.trim())
@@ -101,12 +98,11 @@ export class WebSocketProxy {
     const client = readClientHeaders(req.rawHeaders)
     const requestId = client.requestId ?? randomUUID()
     const url = req.url ?? ''
-    const q = url.indexOf('?')
     let status = 0
     // one access line per session, whatever ends it
     socket.once('close', () => {
       this.#pending.delete(socket)
-      this.#o.onSession({ requestId, method: req.method ?? 'GET', path: q === -1 ? url : url.slice(0, q), status: status || 499, durationMs: Math.round((performance.now() - started) * 10) / 10 })
+      this.#o.onSession({ requestId, method: req.method ?? 'GET', path: pathOf(url), status: status || 499, durationMs: Math.round((performance.now() - started) * 10) / 10 })
     })
     const answer = (code: ErrorCode, retryAfter?: number): void => {
       status = ERRORS[code].status

@@ -178,4 +178,8 @@ t.test('a malformed HTTP_PROXY or HTTPS_PROXY is a configuration error, named wi
     'HTTPS_PROXY must be a proxy URL such as http://host:3128 (credentials, if any, as http://user:password@host:3128)'
   ])
   t.notMatch(JSON.stringify(got), 'pw-secret-77')
+  // a stray % in the credentials would throw wherever they are decoded
+  t.same(problems({ ...minimal, HTTPS_PROXY: 'http://user:pw%zz-secret-77@proxy:3128' }), [
+    'HTTPS_PROXY must be a proxy URL such as http://host:3128 (credentials, if any, as http://user:password@host:3128)'
+  ])
 })
