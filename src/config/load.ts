@@ -81,6 +81,13 @@ export interface LoadOptions {
 /** The prefixes of the sidecar's variables: an unknown name with one of them is probably a typo. */
 const PREFIXES = [...new Set(Object.keys(properties).map((name) => name.slice(0, name.indexOf('_') + 1)))]
 
+/**
+ * Kubernetes injects these for every Service in the namespace: a Service
+ * named auth-sidecar gives AUTH_SIDECAR_SERVICE_HOST, AUTH_SIDECAR_PORT_80_TCP
+ * and so on. They are no misspellings.
+ */
+const SERVICE_LINK = /_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT|PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)$/
+
 /** Variables the sidecar reads besides its schema (any case for the egress proxy ones). */
 const EGRESS = ['HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY']
 
@@ -106,7 +113,7 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
     warnings.push('NODE_EXTRA_CA_CERTS in .env has no effect: Node.js reads it only when the process starts; set it in the environment')
   }
   for (const name of Object.keys(merged)) {
-    if (name in properties || !PREFIXES.some((p) => name.startsWith(p))) continue
+    if (name in properties || !PREFIXES.some((p) => name.startsWith(p)) || SERVICE_LINK.test(name)) continue
     const nearest = nearestName(name)
     warnings.push(`${name} is not a variable of auth-sidecar${nearest === undefined ? '' : `; did you mean ${nearest}?`}`)
   }

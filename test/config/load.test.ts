@@ -149,6 +149,8 @@ t.test('misspelt variables with the sidecar\'s prefixes are warned about, with t
     'TOKEN_SOMETHING_ELSE_ENTIRELY is not a variable of auth-sidecar'
   ])
   t.notMatch(JSON.stringify(c.warnings), 'openid', 'no value echoed')
+  const k8s = loadConfig({ ...minimal, AUTH_SIDECAR_SERVICE_HOST: '10.0.0.1', AUTH_SIDECAR_SERVICE_PORT: '80', AUTH_SIDECAR_SERVICE_PORT_HTTP: '80', AUTH_SIDECAR_PORT: 'tcp://10.0.0.1:80', AUTH_SIDECAR_PORT_80_TCP_ADDR: '10.0.0.1' }, { cwd: '/x' })
+  t.same(k8s.warnings, [], 'Kubernetes service links are not misspellings')
 })
 
 t.test('AUTH_URL with /auth or /realms/... is caught at start-up, naming what to change', async (t) => {
