@@ -10,8 +10,8 @@ import { createDispatcher } from './dispatcher.js'
 import { buildProxy } from './proxy/server.js'
 import { BasicAuthorization } from './token/basic.js'
 import type { Clock } from './token/clock.js'
-import type { PostForm } from './token/grant.js'
-import { createPostForm } from './token/http.js'
+import type { GetJson, PostForm } from './token/grant.js'
+import { createGetJson, createPostForm } from './token/http.js'
 import { TokenManager, type AuthorizationSource } from './token/manager.js'
 import { SecretScrubber } from './secrets.js'
 
@@ -20,6 +20,8 @@ export interface AppDeps {
   clock?: Clock
   /** replaces the HTTP client of the token endpoint (tests) */
   post?: PostForm
+  /** replaces the HTTP client of discovery (tests) */
+  get?: GetJson
   /** replaces the 60 s limit for a client's request headers (tests) */
   headersTimeoutMs?: number
 }
@@ -29,9 +31,15 @@ export interface App {
   admin: FastifyInstance
   tokens: AuthorizationSource
   metrics: Metrics
+  /** known secret values (credentials, tokens, a proxy's password), for texts shown to people */
+  secrets: SecretScrubber
   /** Starts the token lifecycle and both listeners; resolves with their addresses. */
   listen(): Promise<{ proxy: AddressInfo, admin: AddressInfo }>
-  /** Stops taking requests, lets in-flight ones finish (at most `graceMs`), releases everything. Idempotent. */
+  /**
+   * Stops taking requests, lets in-flight ones finish (at most `graceMs`),
+   * ends the auth server session when AUTH_LOGOUT_ON_SHUTDOWN allows (within
+   * what is left of `graceMs`), releases everything. Idempotent.
+   */
   close(graceMs?: number): Promise<void>
 }
 
@@ -82,21 +90,27 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   let tokens: AuthorizationSource
   let metrics: Metrics
   if (config.auth.mode === 'oauth2') {
-    let post = deps.post
-    if (post === undefined) {
+    let { post, get } = deps
+    if (post === undefined || get === undefined) {
       tokenDispatcher = createDispatcher(config.egress, undefined, { connections: 2, keepAliveTimeout: 4_000 })
-      post = createPostForm(tokenDispatcher)
+      post ??= createPostForm(tokenDispatcher)
+      get ??= createGetJson(tokenDispatcher)
     }
+    const { tokenUrl, issuerUrl, alternateTokenUrl, grantType, clientAuth, clientId, scope, params } = config.auth
     tokens = new TokenManager({
-      tokenUrl: config.auth.tokenUrl,
-      ...(config.auth.alternateTokenUrl !== undefined && { alternateTokenUrl: config.auth.alternateTokenUrl }),
-      client: { clientId: config.auth.clientId, ...(config.auth.scope !== undefined && { scope: config.auth.scope }) },
+      ...(tokenUrl !== undefined && { tokenUrl }),
+      ...(issuerUrl !== undefined && { issuerUrl }),
+      ...(alternateTokenUrl !== undefined && { alternateTokenUrl }),
+      grantType,
+      client: { clientId, clientAuth, params, ...(scope !== undefined && { scope }) },
       credentials,
       post,
+      get,
       log: logger.child({ component: 'token' }),
       ...config.token,
       ...(deps.clock !== undefined && { clock: deps.clock }),
       onGrant: (grant, outcome) => metrics.grant(grant, outcome),
+      onLogout: (outcome) => metrics.logout(outcome),
       secrets
     })
   } else {
@@ -141,6 +155,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
 
   async function shutdown (graceMs: number): Promise<void> {
     closing = true
+    const started = Date.now()
     const server = proxy.server
     closeWebSockets()
     // Fastify's close stops accepting and closes idle kept-alive connections;
@@ -159,6 +174,12 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       clearTimeout(force)
       tokens.stop()
       credentials.close()
+      if (config.auth.mode === 'oauth2' && config.auth.logoutOnShutdown) {
+        // After the drain, within what is left of the grace period and never
+        // longer than one token request (SPEC §9): the exit is not delayed
+        // beyond them.
+        await tokens.endSession(Math.min(config.token.timeoutMs, graceMs - (Date.now() - started)))
+      }
       await admin.close()
       await Promise.all([upstreamDispatcher.close(), tokenDispatcher?.close()])
     }
@@ -169,6 +190,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     admin,
     tokens,
     metrics,
+    secrets,
     async listen () {
       tokens.start()
       await admin.listen({ port: config.admin.port, host: config.admin.host, listenTextResolver: (address) => `admin endpoints on ${address}` })

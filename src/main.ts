@@ -2,10 +2,15 @@ import closeWithGrace from 'close-with-grace'
 import { buildApp, ListenError } from './app.js'
 import { ConfigError, loadConfig, type Config } from './config/load.js'
 import { createLogger } from './logger.js'
+import { runCheck } from './check.js'
 import { usage } from './usage.js'
 import { VERSION } from './version.js'
 
 const args = process.argv.slice(2)
+if (args[0] === 'check') {
+  const code = await runCheck(process.env, args.slice(1), (text) => process.stdout.write(text))
+  process.exit(code)
+}
 if (args.includes('--help') || args.includes('-h')) {
   process.stdout.write(usage())
   process.exit(0)
@@ -53,7 +58,12 @@ try {
     admin: `${admin.address}:${admin.port}`,
     upstream: config.upstream.origin + config.upstream.basePath,
     authMode: config.auth.mode,
-    ...(config.auth.mode === 'oauth2' && { tokenUrl: config.auth.tokenUrl, clientId: config.auth.clientId })
+    ...(config.auth.mode === 'oauth2' && {
+      grantType: config.auth.grantType,
+      ...(config.auth.tokenUrl !== undefined && { tokenUrl: config.auth.tokenUrl }),
+      ...(config.auth.issuerUrl !== undefined && { issuerUrl: config.auth.issuerUrl }),
+      clientId: config.auth.clientId
+    })
   }, 'auth-sidecar listening')
 } catch (err) {
   // one readable line, like a configuration error: which variable, which address

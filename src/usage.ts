@@ -15,6 +15,8 @@ it receives to BASE_URL with "Authorization: Bearer <token>".
 
 Usage:
   node dist/main.js              run the sidecar (configuration from the environment and ./.env)
+  node dist/main.js check        try the configuration once: discovery, a grant, a request
+                                 to the upstream, the session ended (see check --help)
   node dist/main.js --help, -h   this text
   node dist/main.js --version    the version
 

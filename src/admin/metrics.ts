@@ -1,6 +1,6 @@
 import { collectDefaultMetrics, Counter, Gauge, Registry, type Metric } from 'prom-client'
 import type { GrantType } from '../token/grant.js'
-import type { GrantOutcome } from '../token/manager.js'
+import type { GrantOutcome, LogoutOutcome } from '../token/manager.js'
 import { VERSION } from '../version.js'
 import { OneLabelHistogram } from './histogram.js'
 
@@ -12,10 +12,12 @@ export interface Metrics {
   grant(grant: GrantType, outcome: GrantOutcome): void
   request(status: number, seconds: number): void
   upstreamError(reason: UpstreamErrorReason): void
+  logout(outcome: LogoutOutcome): void
 }
 
 const PREFIX = 'auth_sidecar_'
-const GRANT_TYPES: readonly GrantType[] = ['password', 'refresh_token']
+const GRANT_TYPES: readonly GrantType[] = ['password', 'client_credentials', 'refresh_token']
+const LOGOUT_OUTCOMES: readonly LogoutOutcome[] = ['success', 'rejected', 'error', 'skipped']
 const OUTCOMES: readonly GrantOutcome[] = ['success', 'rejected', 'error']
 const UPSTREAM_ERROR_REASONS: readonly UpstreamErrorReason[] = ['unreachable', 'timeout', 'reset']
 
@@ -44,6 +46,13 @@ export function createMetrics (expiresInSeconds: () => number, ready: () => bool
     registers: [registry]
   })
   for (const reason of UPSTREAM_ERROR_REASONS) upstreamErrors.inc({ reason }, 0)
+  const logouts = new Counter({
+    name: `${PREFIX}logouts_total`,
+    help: 'Sessions ended at the auth server on shutdown (AUTH_LOGOUT_ON_SHUTDOWN), by outcome: success, rejected (the server refused, e.g. the session had already ended), error (unreachable, timeout, no such endpoint), skipped (no session or no endpoint to end it at).',
+    labelNames: ['outcome'] as const,
+    registers: [registry]
+  })
+  for (const outcome of LOGOUT_OUTCOMES) logouts.inc({ outcome }, 0)
   new Gauge({
     name: `${PREFIX}build_info`,
     help: 'Always 1; the version in its label.',
@@ -74,6 +83,7 @@ export function createMetrics (expiresInSeconds: () => number, ready: () => bool
     registry,
     grant: (grant, outcome) => grants.inc({ grant_type: grant, outcome }),
     request: (status, seconds) => requests.observe(status, seconds),
-    upstreamError: (reason) => upstreamErrors.inc({ reason })
+    upstreamError: (reason) => upstreamErrors.inc({ reason }),
+    logout: (outcome) => logouts.inc({ outcome })
   }
 }

@@ -2,8 +2,9 @@ import { unwatchFile, watchFile } from 'node:fs'
 import { readSecretFile, type CredentialSource, type Config } from './load.js'
 
 export interface Credentials {
-  username: string
-  password: string
+  /** absent with client_credentials */
+  username?: string
+  password?: string
   clientSecret?: string
 }
 
@@ -35,7 +36,9 @@ export class CredentialStore {
 
   read (): Credentials {
     const { username, password, clientSecret } = this.#sources
-    const creds: Credentials = { username: this.#value(username), password: this.#value(password) }
+    const creds: Credentials = {}
+    if (username) creds.username = this.#value(username)
+    if (password) creds.password = this.#value(password)
     if (clientSecret) creds.clientSecret = this.#value(clientSecret)
     return creds
   }

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { parseEnv } from 'node:util'
 import envSchema from 'env-schema'
+import { RESERVED_PARAMS, type ClientAuth, type PrimaryGrant } from '../token/grant.js'
 import { envJsonSchema, properties, type VariableName } from './schema.js'
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
@@ -15,15 +16,23 @@ export interface CredentialSource {
 
 export interface OAuth2Settings {
   mode: 'oauth2'
-  tokenUrl: string
+  /** undefined: it comes from discovery (issuerUrl) */
+  tokenUrl?: string
+  /** AUTH_ISSUER_URL: discovery of the token, end-session and revocation endpoints */
+  issuerUrl?: string
   /**
    * The same realm's token URL in Keycloak's other layout (with or without
    * `/auth`), tried once should `tokenUrl` not be a token endpoint; only when
    * the URL was derived from AUTH_URL, never when AUTH_TOKEN_URL was given.
    */
   alternateTokenUrl?: string
+  grantType: PrimaryGrant
+  clientAuth: ClientAuth
   clientId: string
   scope?: string
+  /** AUTH_TOKEN_PARAMS, decoded, in order (a name may repeat: RFC 8707 resource) */
+  params: Array<[string, string]>
+  logoutOnShutdown: boolean
 }
 
 export interface Config {
@@ -39,8 +48,9 @@ export interface Config {
   }
   auth: OAuth2Settings | { mode: 'basic' }
   credentials: {
-    username: CredentialSource
-    password: CredentialSource
+    /** absent with client_credentials */
+    username?: CredentialSource
+    password?: CredentialSource
     clientSecret?: CredentialSource
   }
   token: {
@@ -151,17 +161,35 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
   const upstream = parseHttpUrl('BASE_URL', str('BASE_URL'), problems, true)
   const mode = str('AUTH_MODE') === 'basic' ? 'basic' : 'oauth2'
 
+  const grantType: PrimaryGrant = str('AUTH_GRANT_TYPE') === 'client_credentials' ? 'client_credentials' : 'password'
+  const clientAuth: ClientAuth = str('AUTH_CLIENT_AUTH') === 'client_secret_basic' ? 'client_secret_basic' : 'client_secret_post'
+  const serviceAccount = mode === 'basic' || grantType === 'password'
+  if (!serviceAccount) {
+    for (const name of ['AUTH_USERNAME', 'AUTH_USERNAME_FILE', 'AUTH_PASSWORD', 'AUTH_PASSWORD_FILE'] as const) {
+      if (raw[name] !== undefined) warnings.push(`${name} is not used by the client_credentials grant (AUTH_GRANT_TYPE)`)
+    }
+  }
+  const secretNeeded = mode === 'oauth2' && (grantType === 'client_credentials' || clientAuth === 'client_secret_basic')
   const credentials = {
-    username: credentialSource('AUTH_USERNAME', 'AUTH_USERNAME_FILE', raw, cwd, problems, true),
-    password: credentialSource('AUTH_PASSWORD', 'AUTH_PASSWORD_FILE', raw, cwd, problems, true),
+    username: serviceAccount ? credentialSource('AUTH_USERNAME', 'AUTH_USERNAME_FILE', raw, cwd, problems, true) : undefined,
+    password: serviceAccount ? credentialSource('AUTH_PASSWORD', 'AUTH_PASSWORD_FILE', raw, cwd, problems, true) : undefined,
     clientSecret: credentialSource('AUTH_CLIENT_SECRET', 'AUTH_CLIENT_SECRET_FILE', raw, cwd, problems, false)
+  }
+  if (secretNeeded && credentials.clientSecret === undefined && raw.AUTH_CLIENT_SECRET === undefined && raw.AUTH_CLIENT_SECRET_FILE === undefined) {
+    problems.push(grantType === 'client_credentials'
+      ? 'AUTH_CLIENT_SECRET (or AUTH_CLIENT_SECRET_FILE) is required by the client_credentials grant: a confidential client with "Service accounts roles" on'
+      : 'AUTH_CLIENT_SECRET (or AUTH_CLIENT_SECRET_FILE) is required by AUTH_CLIENT_AUTH=client_secret_basic')
   }
 
   let auth: Config['auth'] = { mode: 'basic' }
   if (mode === 'oauth2') {
     let tokenUrl = parseHttpUrl('AUTH_TOKEN_URL', str('AUTH_TOKEN_URL'), problems, false)?.href
     let alternateTokenUrl: string | undefined
-    if (tokenUrl === undefined && str('AUTH_TOKEN_URL') === undefined) {
+    const issuerUrl = parseHttpUrl('AUTH_ISSUER_URL', str('AUTH_ISSUER_URL'), problems, false)?.href
+    if (issuerUrl !== undefined && str('AUTH_URL') !== undefined) {
+      warnings.push(`AUTH_URL is not used when AUTH_ISSUER_URL is set: the token endpoint comes from ${str('AUTH_TOKEN_URL') === undefined ? 'discovery' : 'AUTH_TOKEN_URL'}`)
+    }
+    if (tokenUrl === undefined && str('AUTH_TOKEN_URL') === undefined && str('AUTH_ISSUER_URL') === undefined) {
       const authUrl = parseHttpUrl('AUTH_URL', str('AUTH_URL'), problems, false)
       const base = authUrl?.href.replace(/\/+$/, '')
       const realm = encodeURIComponent(str('AUTH_REALM') ?? '')
@@ -173,7 +201,7 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
         tokenUrl = `${base}/auth/realms/${realm}/protocol/openid-connect/token`
         alternateTokenUrl = `${base}/realms/${realm}/protocol/openid-connect/token`
       } else if (str('AUTH_URL') === undefined) {
-        problems.push('AUTH_URL is required in oauth2 mode (or set AUTH_TOKEN_URL)')
+        problems.push('AUTH_URL is required in oauth2 mode (or set AUTH_ISSUER_URL or AUTH_TOKEN_URL)')
       }
     }
     const clientId = str('AUTH_CLIENT_ID')
@@ -181,10 +209,15 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
     const scope = str('AUTH_SCOPE')
     auth = {
       mode: 'oauth2',
-      tokenUrl: tokenUrl ?? '',
+      ...(tokenUrl !== undefined && { tokenUrl }),
+      ...(issuerUrl !== undefined && { issuerUrl }),
       ...(alternateTokenUrl !== undefined && { alternateTokenUrl }),
+      grantType,
+      clientAuth,
       clientId: clientId ?? '',
-      ...(scope !== undefined && { scope })
+      ...(scope !== undefined && { scope }),
+      params: tokenParams(str('AUTH_TOKEN_PARAMS'), problems),
+      logoutOnShutdown: raw.AUTH_LOGOUT_ON_SHUTDOWN !== false
     }
   }
 
@@ -206,8 +239,8 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
     },
     auth,
     credentials: {
-      username: credentials.username!,
-      password: credentials.password!,
+      ...(credentials.username && { username: credentials.username }),
+      ...(credentials.password && { password: credentials.password }),
       ...(credentials.clientSecret && { clientSecret: credentials.clientSecret })
     },
     token: {
@@ -225,6 +258,40 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
     egress,
     warnings
   }
+}
+
+/**
+ * AUTH_TOKEN_PARAMS as name/value pairs. Malformed text, a parameter without
+ * a name, or one of the sidecar's own is a configuration error, named
+ * without its value.
+ */
+function tokenParams (value: string | undefined, problems: string[]): Array<[string, string]> {
+  if (value === undefined) return []
+  const pairs: Array<[string, string]> = []
+  for (const part of value.split('&')) {
+    if (part === '') continue
+    const eq = part.indexOf('=')
+    const [rawName, rawValue] = eq === -1 ? [part, ''] : [part.slice(0, eq), part.slice(eq + 1)]
+    let name: string
+    let decoded: string
+    try {
+      name = decodeURIComponent(rawName.replace(/\+/g, ' '))
+      decoded = decodeURIComponent(rawValue.replace(/\+/g, ' '))
+    } catch {
+      problems.push('AUTH_TOKEN_PARAMS must be name=value pairs joined by &, percent-encoded (a stray % does not decode)')
+      return []
+    }
+    if (name === '' || eq === -1) {
+      problems.push('AUTH_TOKEN_PARAMS must be name=value pairs joined by &, e.g. audience=orders-api&resource=https%3A%2F%2Fapi.example.com')
+      return []
+    }
+    if (RESERVED_PARAMS.has(name)) {
+      problems.push(`AUTH_TOKEN_PARAMS may not set ${JSON.stringify(name.slice(0, 40))}: the sidecar sets it${name === 'scope' ? ' (use AUTH_SCOPE)' : ''}`)
+      continue
+    }
+    pairs.push([name, decoded])
+  }
+  return pairs
 }
 
 function egressProxy (env: Record<string, string>, problems: string[]): Config['egress'] {

@@ -6,6 +6,9 @@
 
 export const DEFAULT_AUTH_MODE = 'oauth2'
 export const DEFAULT_AUTH_REALM = 'service-realm'
+export const DEFAULT_AUTH_GRANT_TYPE = 'password'
+export const DEFAULT_AUTH_CLIENT_AUTH = 'client_secret_post'
+export const DEFAULT_AUTH_LOGOUT_ON_SHUTDOWN = true
 export const DEFAULT_PROXY_HOST = '127.0.0.1'
 export const DEFAULT_PROXY_PORT = 8080
 export const DEFAULT_PROXY_MAX_REQUESTS = 1024
@@ -50,17 +53,22 @@ const text = (description: string, extra: Partial<Property> = {}): Property =>
 export const properties = {
   BASE_URL: text('upstream base URL (http or https); a path prefix is kept', { required: true }),
   AUTH_MODE: text('oauth2 (bearer token from the token endpoint) or basic (RFC 7617, no token endpoint)', { enum: ['oauth2', 'basic'], default: DEFAULT_AUTH_MODE }),
-  AUTH_URL: text('base URL of the auth server, without /auth or /realms/...; required in oauth2 mode unless AUTH_TOKEN_URL is set'),
+  AUTH_URL: text('base URL of the auth server, without /auth or /realms/...; required in oauth2 mode unless AUTH_TOKEN_URL or AUTH_ISSUER_URL is set'),
   AUTH_REALM: text('realm segment of the token path', { default: DEFAULT_AUTH_REALM }),
-  AUTH_TOKEN_URL: text('full token endpoint URL; overrides {AUTH_URL}/auth/realms/{AUTH_REALM}/protocol/openid-connect/token'),
+  AUTH_TOKEN_URL: text('full token endpoint URL; overrides {AUTH_URL}/auth/realms/{AUTH_REALM}/protocol/openid-connect/token and discovery'),
+  AUTH_ISSUER_URL: text('the realm\'s issuer (https://host/realms/<realm>): the token and end-session endpoints come from its /.well-known/openid-configuration'),
+  AUTH_GRANT_TYPE: text('password (the service account user) or client_credentials (the client\'s own service account; needs AUTH_CLIENT_SECRET, not AUTH_USERNAME/AUTH_PASSWORD)', { enum: ['password', 'client_credentials'], default: DEFAULT_AUTH_GRANT_TYPE }),
   AUTH_CLIENT_ID: text('OAuth client id; required in oauth2 mode'),
-  AUTH_CLIENT_SECRET: text('client secret, for confidential clients', { secret: true }),
+  AUTH_CLIENT_SECRET: text('client secret, for confidential clients; required by client_credentials and client_secret_basic', { secret: true }),
   AUTH_CLIENT_SECRET_FILE: text('file holding the client secret (re-read when it changes)'),
-  AUTH_USERNAME: text('service account user name (or AUTH_USERNAME_FILE)', { required: true }),
+  AUTH_CLIENT_AUTH: text('how the client authenticates to the token endpoint: client_secret_post (form fields) or client_secret_basic (an Authorization header, RFC 6749 2.3.1)', { enum: ['client_secret_post', 'client_secret_basic'], default: DEFAULT_AUTH_CLIENT_AUTH }),
+  AUTH_USERNAME: text('service account user name (or AUTH_USERNAME_FILE); required by the password grant and basic mode'),
   AUTH_USERNAME_FILE: text('file holding the user name (re-read when it changes)'),
-  AUTH_PASSWORD: text('service account password (or AUTH_PASSWORD_FILE)', { secret: true, required: true }),
+  AUTH_PASSWORD: text('service account password (or AUTH_PASSWORD_FILE); required by the password grant and basic mode', { secret: true }),
   AUTH_PASSWORD_FILE: text('file holding the password (re-read when it changes)'),
-  AUTH_SCOPE: text('scope sent with both grants, e.g. "openid offline_access"'),
+  AUTH_SCOPE: text('scope sent with every grant, e.g. "openid offline_access"'),
+  AUTH_TOKEN_PARAMS: text('extra form parameters for every grant, name=value&name=value percent-encoded (audience, resource...); the sidecar\'s own cannot be overridden'),
+  AUTH_LOGOUT_ON_SHUTDOWN: { type: 'boolean', description: 'on SIGTERM, after the drain, end the auth server session (end-session endpoint, or RFC 7009 revocation), best effort within TOKEN_TIMEOUT_MS and SHUTDOWN_GRACE_MS', default: DEFAULT_AUTH_LOGOUT_ON_SHUTDOWN },
   PROXY_HOST: text('address the proxy listens on; loopback so only the pod\'s containers can use it', { default: DEFAULT_PROXY_HOST }),
   PROXY_PORT: port('proxy port', DEFAULT_PROXY_PORT),
   PROXY_MAX_REQUESTS: { type: 'integer', description: 'most requests in progress at once; beyond it 503 {"error":"overloaded"}', default: DEFAULT_PROXY_MAX_REQUESTS, minimum: 1, maximum: 1_000_000 },

@@ -26,12 +26,28 @@ export interface TokenServerOptions {
   rotation?: boolean
   /** path of the token endpoint; Keycloak's (with the /auth prefix) by default */
   tokenPath?: string
+  /** confidential clients may use client_credentials ("Service accounts roles" on); true by default */
+  serviceAccounts?: boolean
+  /** client_credentials answers carry a refresh token (Keycloak's "Use refresh tokens for client credentials grant"); false by default */
+  clientCredentialsRefresh?: boolean
 }
 
 export interface GrantRecord {
   grantType: string
+  /** the form as sent; a repeated name (RFC 8707 resource) keeps its last value here, all of them in `params` */
   form: Record<string, string>
+  params: Array<[string, string]>
+  /** how the client authenticated: form fields, an Authorization header (client_secret_basic), or not at all */
+  clientAuth: 'post' | 'basic' | 'none'
   at: number
+  status: number
+}
+
+/** A call to the end-session or revocation endpoint. */
+export interface LogoutRecord {
+  endpoint: 'logout' | 'revoke'
+  form: Record<string, string>
+  clientAuth: 'post' | 'basic' | 'none'
   status: number
 }
 
@@ -50,7 +66,10 @@ const KC = {
   badClient: { status: 401, error: 'invalid_client', description: 'Invalid client or Invalid client credentials' },
   notActive: { status: 400, error: 'invalid_grant', description: 'Token is not active' },
   sessionGone: { status: 400, error: 'invalid_grant', description: 'Session not active' },
-  stale: { status: 400, error: 'invalid_grant', description: 'Stale token' }
+  stale: { status: 400, error: 'invalid_grant', description: 'Stale token' },
+  publicServiceAccount: { status: 401, error: 'unauthorized_client', description: 'Public client not allowed to retrieve service account' },
+  noServiceAccount: { status: 400, error: 'unauthorized_client', description: 'Client not enabled to retrieve service account' },
+  badRefresh: { status: 400, error: 'invalid_grant', description: 'Invalid refresh token' }
 }
 
 export class TokenServer {
@@ -58,6 +77,11 @@ export class TokenServer {
   readonly realm: string
   readonly tokenPath: string
   readonly grants: GrantRecord[] = []
+  readonly logouts: LogoutRecord[] = []
+  /** discovery documents served */
+  discoveries = 0
+  serviceAccounts: boolean
+  clientCredentialsRefresh: boolean
   readonly faults: Fault[] = []
   accessTokenSeconds: number
   refreshTokenSeconds: number
@@ -83,6 +107,8 @@ export class TokenServer {
     this.refreshTokenSeconds = options.refreshTokenSeconds ?? 1800
     this.sessionMaxSeconds = options.sessionMaxSeconds ?? 0
     this.rotation = options.rotation ?? true
+    this.serviceAccounts = options.serviceAccounts ?? true
+    this.clientCredentialsRefresh = options.clientCredentialsRefresh ?? false
     this.server = createServer((req, res) => this.#handle(req, res))
   }
 
@@ -106,6 +132,20 @@ export class TokenServer {
     for (const res of this.#hanging) res.destroy()
     this.server.closeAllConnections()
     await new Promise<void>((resolve) => this.server.close(() => resolve()))
+  }
+
+  /** The realm's issuer, as Keycloak names it: the token path without /protocol/openid-connect/token. */
+  get issuer (): string {
+    return this.url + this.#realmPath
+  }
+
+  get #realmPath (): string {
+    return this.tokenPath.replace(/\/protocol\/openid-connect\/token$/, '')
+  }
+
+  /** SSO sessions still active (not ended by logout, an admin or a limit). */
+  activeSessions (): number {
+    return [...this.#sessions.values()].filter((s) => s.active && this.#sessionLeftMs(s) > 0).length
   }
 
   /** Ends every SSO session, as an admin or the session limit would. */
@@ -137,6 +177,43 @@ export class TokenServer {
     if (req.method === 'GET' && req.url === this.tokenPath.replace(/\/token$/, '/certs')) {
       return json(res, 200, { keys: [{ ...this.#key.jwk, kid: this.#key.kid, use: 'sig', alg: 'RS256' }] })
     }
+    if (req.method === 'GET' && req.url === `${this.#realmPath}/.well-known/openid-configuration`) {
+      this.discoveries += 1
+      const fault = this.faults.shift()
+      if (fault !== undefined && 'status' in fault) {
+        res.writeHead(fault.status, { 'content-type': fault.contentType ?? 'application/json', ...fault.headers })
+        return void res.end(fault.body)
+      }
+      const base = this.issuer + '/protocol/openid-connect'
+      return json(res, 200, {
+        issuer: this.issuer,
+        authorization_endpoint: `${base}/auth`,
+        token_endpoint: this.url + this.tokenPath,
+        end_session_endpoint: `${base}/logout`,
+        revocation_endpoint: `${base}/revoke`,
+        jwks_uri: `${base}/certs`,
+        grant_types_supported: ['authorization_code', 'implicit', 'refresh_token', 'password', 'client_credentials'],
+        token_endpoint_auth_methods_supported: ['private_key_jwt', 'client_secret_basic', 'client_secret_post', 'tls_client_auth', 'client_secret_jwt']
+      })
+    }
+    const logoutPath = this.tokenPath.replace(/\/token$/, '/logout')
+    const revokePath = this.tokenPath.replace(/\/token$/, '/revoke')
+    if (req.method === 'POST' && (req.url === logoutPath || req.url === revokePath)) {
+      const chunks: Buffer[] = []
+      req.on('data', (c: Buffer) => chunks.push(c))
+      req.on('end', () => {
+        const form = Object.fromEntries(new URLSearchParams(Buffer.concat(chunks).toString()))
+        const endpoint = req.url === logoutPath ? 'logout' : 'revoke'
+        const { status, body } = endpoint === 'logout' ? this.#logout(form, req.headers.authorization) : this.#revoke(form, req.headers.authorization)
+        this.logouts.push({ endpoint, form, clientAuth: clientAuthOf(form, req.headers.authorization), status })
+        if (body === undefined) {
+          res.writeHead(status)
+          return void res.end()
+        }
+        json(res, status, body)
+      })
+      return
+    }
     if (req.method !== 'POST' || req.url !== this.tokenPath) {
       return json(res, 404, { error: 'Unable to find matching target resource method' })
     }
@@ -146,13 +223,15 @@ export class TokenServer {
     const chunks: Buffer[] = []
     req.on('data', (c: Buffer) => chunks.push(c))
     req.on('end', () => {
-      const form = Object.fromEntries(new URLSearchParams(Buffer.concat(chunks).toString()))
+      const params = [...new URLSearchParams(Buffer.concat(chunks).toString())]
+      const form = Object.fromEntries(params)
+      const authorization = req.headers.authorization
       const fault = this.faults.shift()
       const record = (status: number): void => {
-        this.grants.push({ grantType: form.grant_type ?? '', form, at: Date.now(), status })
+        this.grants.push({ grantType: form.grant_type ?? '', form, params, clientAuth: clientAuthOf(form, authorization), at: Date.now(), status })
       }
       if (fault === undefined) {
-        const { status, body } = this.#grant(form)
+        const { status, body } = this.#grant(form, authorization)
         record(status)
         return json(res, status, body)
       }
@@ -168,7 +247,7 @@ export class TokenServer {
       }
       if ('delayMs' in fault) {
         setTimeout(() => {
-          const { status, body } = this.#grant(form)
+          const { status, body } = this.#grant(form, authorization)
           record(status)
           if (!res.destroyed) json(res, status, body)
         }, fault.delayMs)
@@ -180,11 +259,38 @@ export class TokenServer {
     })
   }
 
-  #grant (form: Record<string, string>): { status: number, body: object } {
-    const clientId = form.client_id
+  /** The client a request authenticates as (form fields or client_secret_basic), or Keycloak's refusal. */
+  #client (form: Record<string, string>, authorization: string | undefined): { clientId: string } | { status: number, body: object } {
+    let clientId = form.client_id
+    let given = form.client_secret
+    if (authorization !== undefined) {
+      const basic = /^Basic ([A-Za-z0-9+/=]+)$/i.exec(authorization)
+      const decoded = basic === null ? '' : Buffer.from(basic[1]!, 'base64').toString('utf8')
+      const colon = decoded.indexOf(':')
+      if (colon === -1) return kcError(KC.badClient)
+      const formDecode = (v: string): string => new URLSearchParams(`v=${v}`).get('v') ?? ''
+      clientId = formDecode(decoded.slice(0, colon))
+      given = formDecode(decoded.slice(colon + 1))
+    }
     if (clientId === undefined || !(clientId in this.clients)) return kcError(KC.badClient)
     const secret = this.clients[clientId]
-    if (secret !== undefined && form.client_secret !== secret) return kcError(KC.badClient)
+    if (secret !== undefined && given !== secret) return kcError(KC.badClient)
+    return { clientId }
+  }
+
+  #grant (form: Record<string, string>, authorization?: string): { status: number, body: object } {
+    const client = this.#client(form, authorization)
+    if (!('clientId' in client)) return client
+    const { clientId } = client
+
+    if (form.grant_type === 'client_credentials') {
+      if (this.clients[clientId] === undefined) return kcError(KC.publicServiceAccount)
+      if (!this.serviceAccounts) return kcError(KC.noServiceAccount)
+      const session: Session = { id: randomUUID(), user: `service-account-${clientId}`, active: true, started: Date.now() }
+      if (!this.clientCredentialsRefresh) return this.#issue(session, form.scope, false)
+      this.#sessions.set(session.id, session)
+      return this.#issue(session, form.scope)
+    }
 
     if (form.grant_type === 'password') {
       const user = form.username ?? ''
@@ -211,18 +317,41 @@ export class TokenServer {
     return { status: 400, body: { error: 'unsupported_grant_type', error_description: 'Unsupported grant_type' } }
   }
 
+  /** Keycloak's end-session endpoint as a client calls it: the session of the refresh token ends (204). */
+  #logout (form: Record<string, string>, authorization: string | undefined): { status: number, body?: object } {
+    const client = this.#client(form, authorization)
+    if (!('clientId' in client)) return client
+    const state = this.#refresh.get(form.refresh_token ?? '')
+    if (state === undefined || (state.expiresAt !== undefined && state.expiresAt <= Date.now())) return kcError(KC.badRefresh)
+    if (!state.session.active) return kcError(KC.sessionGone)
+    state.session.active = false
+    return { status: 204 }
+  }
+
+  /** RFC 7009: 200 whether or not the token was known; a refresh token's session ends. */
+  #revoke (form: Record<string, string>, authorization: string | undefined): { status: number, body?: object } {
+    const client = this.#client(form, authorization)
+    if (!('clientId' in client)) return client
+    const state = this.#refresh.get(form.token ?? '')
+    if (state !== undefined) state.session.active = false
+    else if (form.token !== undefined) this.#revoked.add(form.token)
+    return { status: 200 }
+  }
+
   #sessionLeftMs (session: Session): number {
     return this.sessionMaxSeconds === 0 ? Infinity : session.started + this.sessionMaxSeconds * 1000 - Date.now()
   }
 
-  #issue (session: Session, scope: string | undefined): { status: number, body: object } {
+  #issue (session: Session, scope: string | undefined, withRefresh = true): { status: number, body: object } {
     const now = Math.floor(Date.now() / 1000)
     const offline = (scope ?? '').split(' ').includes('offline_access')
     const claims = {
       exp: now + this.accessTokenSeconds,
       iat: now,
       jti: randomUUID(),
-      iss: `${this.url}/auth/realms/${this.realm}`,
+      iss: this.issuer,
+      aud: 'account',
+      scope: scope ?? 'profile email',
       sub: session.user,
       typ: 'Bearer',
       azp: 'legacy-app',
@@ -232,6 +361,13 @@ export class TokenServer {
     const head = Buffer.from(JSON.stringify({ alg: 'RS256', typ: 'JWT', kid: this.#key.kid })).toString('base64url')
     const payload = Buffer.from(JSON.stringify(claims)).toString('base64url')
     const sig = createSign('RSA-SHA256').update(`${head}.${payload}`).sign(this.#key.privateKey, 'base64url')
+    if (!withRefresh) {
+      // Keycloak's client_credentials answer: no refresh token, no session
+      return {
+        status: 200,
+        body: { access_token: `${head}.${payload}.${sig}`, expires_in: this.accessTokenSeconds, refresh_expires_in: 0, token_type: 'Bearer', 'not-before-policy': 0, scope: scope ?? 'profile email' }
+      }
+    }
     const refreshToken = randomBytes(24).toString('base64url')
     // Like Keycloak: a refresh token lives the idle timeout, cut to what is left of the session.
     const refreshSeconds = offline
@@ -268,6 +404,10 @@ function signingKey (): SigningKey {
     sharedKey = { privateKey, publicKey, jwk: publicKey.export({ format: 'jwk' }), kid: randomBytes(8).toString('hex') }
   }
   return sharedKey
+}
+
+function clientAuthOf (form: Record<string, string>, authorization: string | undefined): 'post' | 'basic' | 'none' {
+  return authorization !== undefined ? 'basic' : form.client_secret !== undefined ? 'post' : 'none'
 }
 
 function kcError (e: { status: number, error: string, description: string }): { status: number, body: object } {

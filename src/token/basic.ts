@@ -1,5 +1,5 @@
 import type { Credentials } from '../config/credentials.js'
-import type { AuthorizationSource } from './manager.js'
+import type { AuthorizationSource, LogoutResult } from './manager.js'
 
 /** AUTH_MODE=basic: a fixed RFC 7617 header, rebuilt when a credential file changes. */
 export class BasicAuthorization implements AuthorizationSource {
@@ -23,8 +23,9 @@ export class BasicAuthorization implements AuthorizationSource {
   ready (): boolean { return true }
   notReadyReason (): undefined { return undefined }
   expiresInSeconds (): number { return 0 }
+  endSession (): Promise<LogoutResult> { return Promise.resolve({ outcome: 'skipped', detail: 'basic mode has no session' }) }
 }
 
-function build ({ username, password }: Credentials): string {
+function build ({ username = '', password = '' }: Credentials): string {
   return `Basic ${Buffer.from(`${username}:${password}`, 'utf8').toString('base64')}`
 }

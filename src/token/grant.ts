@@ -4,7 +4,13 @@
  * send it (see manager.ts).
  */
 
-export type GrantType = 'password' | 'refresh_token'
+export type GrantType = 'password' | 'client_credentials' | 'refresh_token'
+
+/** The grant that obtains a token from the configured credentials (AUTH_GRANT_TYPE). */
+export type PrimaryGrant = Exclude<GrantType, 'refresh_token'>
+
+/** How the client authenticates to the token endpoint (AUTH_CLIENT_AUTH). */
+export type ClientAuth = 'client_secret_post' | 'client_secret_basic'
 
 export interface TokenSet {
   accessToken: string
@@ -25,8 +31,15 @@ export interface TokenEndpointResponse {
   body: string
 }
 
-/** Sends a form to the token endpoint; rejects on network errors and on `signal`. */
-export type PostForm = (url: string, form: string, signal: AbortSignal) => Promise<TokenEndpointResponse>
+/**
+ * Sends a form to the token endpoint (or the end-session or revocation
+ * endpoint), with `authorization` as the Authorization header when given;
+ * rejects on network errors and on `signal`.
+ */
+export type PostForm = (url: string, form: string, signal: AbortSignal, authorization?: string) => Promise<TokenEndpointResponse>
+
+/** GETs a JSON document (OpenID Connect discovery); rejects on network errors and on `signal`. */
+export type GetJson = (url: string, signal: AbortSignal) => Promise<TokenEndpointResponse>
 
 /**
  * How a failed grant is handled:
@@ -60,22 +73,71 @@ export interface GrantInput {
   clientId: string
   clientSecret?: string
   scope?: string
+  /** client_secret_post (form fields, the default) or client_secret_basic (RFC 6749 §2.3.1) */
+  clientAuth?: ClientAuth
+  /** AUTH_TOKEN_PARAMS: sent with every grant after the sidecar's own fields */
+  params?: ReadonlyArray<readonly [string, string]>
 }
 
-export function passwordForm (input: GrantInput, username: string, password: string): string {
-  const form = new URLSearchParams({ grant_type: 'password', client_id: input.clientId, username, password })
-  return withCommon(form, input)
+/** One request to the token endpoint: its form, and the Authorization header of client_secret_basic. */
+export interface GrantRequest {
+  form: string
+  authorization?: string
 }
 
-export function refreshForm (input: GrantInput, refreshToken: string): string {
-  const form = new URLSearchParams({ grant_type: 'refresh_token', refresh_token: refreshToken, client_id: input.clientId })
-  return withCommon(form, input)
+/**
+ * The form fields the sidecar sets itself: AUTH_TOKEN_PARAMS may not name
+ * them (scope has its own variable, AUTH_SCOPE).
+ */
+export const RESERVED_PARAMS: ReadonlySet<string> = new Set([
+  'grant_type', 'client_id', 'client_secret', 'username', 'password', 'refresh_token', 'scope',
+  'client_assertion', 'client_assertion_type'
+])
+
+export function passwordGrant (input: GrantInput, username: string, password: string): GrantRequest {
+  return request(input, [['grant_type', 'password'], ['username', username], ['password', password]], true)
 }
 
-function withCommon (form: URLSearchParams, input: GrantInput): string {
-  if (input.clientSecret !== undefined) form.set('client_secret', input.clientSecret)
-  if (input.scope !== undefined) form.set('scope', input.scope)
-  return form.toString()
+export function clientCredentialsGrant (input: GrantInput): GrantRequest {
+  return request(input, [['grant_type', 'client_credentials']], true)
+}
+
+export function refreshGrant (input: GrantInput, refreshToken: string): GrantRequest {
+  return request(input, [['grant_type', 'refresh_token'], ['refresh_token', refreshToken]], true)
+}
+
+/** Keycloak's end-session endpoint, called by the client with the session's refresh token. */
+export function endSessionRequest (input: GrantInput, refreshToken: string): GrantRequest {
+  return request(input, [['refresh_token', refreshToken]], false)
+}
+
+/** RFC 7009 revocation of one token. */
+export function revocationRequest (input: GrantInput, token: string, hint: 'refresh_token' | 'access_token'): GrantRequest {
+  return request(input, [['token', token], ['token_type_hint', hint]], false)
+}
+
+function request (input: GrantInput, fields: Array<[string, string]>, grant: boolean): GrantRequest {
+  const form = new URLSearchParams(fields)
+  let authorization: string | undefined
+  if (input.clientAuth === 'client_secret_basic' && input.clientSecret !== undefined) {
+    // RFC 6749 §2.3.1: each part form-urlencoded, then Base64'd; the client
+    // is identified by the header alone (credentials in both places are
+    // refused by some servers).
+    authorization = `Basic ${Buffer.from(`${formEncode(input.clientId)}:${formEncode(input.clientSecret)}`, 'utf8').toString('base64')}`
+  } else {
+    form.set('client_id', input.clientId)
+    if (input.clientSecret !== undefined) form.set('client_secret', input.clientSecret)
+  }
+  if (grant) {
+    if (input.scope !== undefined) form.set('scope', input.scope)
+    for (const [name, value] of input.params ?? []) form.append(name, value)
+  }
+  return { form: form.toString(), ...(authorization !== undefined && { authorization }) }
+}
+
+/** application/x-www-form-urlencoded encoding of one value. */
+function formEncode (value: string): string {
+  return new URLSearchParams([['', value]]).toString().slice(1)
 }
 
 /**
@@ -165,7 +227,11 @@ function errorFromResponse (res: TokenEndpointResponse): GrantError {
   // not fix itself: it is retried slowly, never in a tight loop.
   const hint = /not fully set up/i.test(description)
     ? ': the service account has pending required actions in Keycloak (a configuration error)'
-    : ''
+    : /public client not allowed to retrieve service account/i.test(description)
+      ? ': the client is public; client_credentials needs a confidential client (Client authentication on) and AUTH_CLIENT_SECRET'
+      : /not enabled to retrieve service account/i.test(description)
+        ? ': turn on "Service accounts roles" for this client in Keycloak (a configuration error)'
+        : ''
   return new GrantError(what + hint, 'rejected', { status: res.status, ...(oauthError !== undefined && { oauthError }) })
 }
 

@@ -3,25 +3,43 @@ import { TokenUnavailableError } from '../errors.js'
 import type { Logger } from '../logger.js'
 import { SecretScrubber } from '../secrets.js'
 import { MAX_TIMER_MS, systemClock, type Clock } from './clock.js'
+import { checkDiscovery, wellKnownUrl, type Endpoints } from './discovery.js'
 import {
-  checkTokenResponse, GrantError, isCredentialRejection, passwordForm, refreshForm,
-  type GrantInput, type GrantType, type PostForm, type TokenSet
+  checkTokenResponse, clientCredentialsGrant, endSessionRequest, GrantError, isCredentialRejection, passwordGrant,
+  refreshGrant, revocationRequest, type GetJson, type GrantInput, type GrantRequest, type GrantType, type PostForm,
+  type PrimaryGrant, type TokenEndpointResponse, type TokenSet
 } from './grant.js'
 import { backoffDelay, renewalDelay, slowRetryDelay, usableFor } from './schedule.js'
 
 export type GrantOutcome = 'success' | 'rejected' | 'error'
+
+/** How ending the session on shutdown went; `skipped`: there was none to end, or no endpoint to end it at. */
+export type LogoutOutcome = 'success' | 'rejected' | 'error' | 'skipped'
+
+export interface LogoutResult {
+  outcome: LogoutOutcome
+  /** one human sentence, secret-free */
+  detail: string
+}
 
 /** 401-caused renewals in a row wait 0, then 1 s, doubling up to 60 s (SPEC §10.3). */
 export const UPSTREAM_401_BACKOFF_MIN_MS = 1_000
 export const UPSTREAM_401_BACKOFF_MAX_MS = 60_000
 
 export interface TokenManagerOptions {
-  tokenUrl: string
+  /** undefined: the token endpoint comes from discovery (issuerUrl) */
+  tokenUrl?: string
+  /** AUTH_ISSUER_URL: discovery runs before the first grant */
+  issuerUrl?: string
+  /** the grant that obtains a token from the credentials; password by default */
+  grantType?: PrimaryGrant
   /** Keycloak's other layout of the same URL, tried once should tokenUrl not be a token endpoint */
   alternateTokenUrl?: string
   client: GrantInput
   credentials: { read(): Credentials, onChange?(listener: () => void): void }
   post: PostForm
+  /** for discovery; required with issuerUrl */
+  get?: GetJson
   log: Logger
   timeoutMs: number
   waitMs: number
@@ -31,6 +49,7 @@ export interface TokenManagerOptions {
   clock?: Clock
   random?: () => number
   onGrant?: (grant: GrantType, outcome: GrantOutcome) => void
+  onLogout?: (outcome: LogoutOutcome) => void
   /** replaces known secret values in texts before they are logged */
   secrets?: SecretScrubber
 }
@@ -58,6 +77,11 @@ export interface AuthorizationSource {
   expiresInSeconds(): number
   start(): void
   stop(): void
+  /**
+   * Ends the auth server session the credential opened (SPEC §9), best
+   * effort, within `timeoutMs`; the credential is dropped. Call after stop().
+   */
+  endSession(timeoutMs: number): Promise<LogoutResult>
 }
 
 interface HeldToken {
@@ -101,8 +125,11 @@ export class TokenManager implements AuthorizationSource {
   #failures = 0
   #lastFailure = ''
   /** what the last failed grant ran into, for readiness */
-  #lastFailureKind: 'credentials' | 'rejected' | 'wrong_url' | 'transient' | undefined
-  #tokenUrl: string
+  #lastFailureKind: 'credentials' | 'rejected' | 'wrong_url' | 'transient' | 'discovery' | undefined
+  /** undefined until discovery has named it */
+  #tokenUrl: string | undefined
+  /** what discovery found; undefined until it has run (or without AUTH_ISSUER_URL) */
+  #endpoints: Endpoints | undefined
   /** the other Keycloak layout, until it has been tried */
   #alternateTokenUrl: string | undefined
   #stopped = false
@@ -125,7 +152,7 @@ export class TokenManager implements AuthorizationSource {
   start (): void {
     this.#o.credentials.onChange?.(() => {
       if (this.#waitingOnCredentials && !this.#stopped) {
-        this.#o.log.info({ event: 'token' }, 'credential file changed: retrying the password grant now')
+        this.#o.log.info({ event: 'token' }, 'credential file changed: retrying the grant now')
         this.#renewNow()
       }
     })
@@ -153,7 +180,8 @@ export class TokenManager implements AuthorizationSource {
     switch (this.#lastFailureKind) {
       case 'credentials': return 'credentials rejected by the auth server (see the log for its reason)'
       case 'rejected': return 'token request refused by the auth server (see the log for its reason)'
-      case 'wrong_url': return `wrong token URL: ${this.#tokenUrl} is not a token endpoint (set AUTH_URL and AUTH_REALM, or AUTH_TOKEN_URL)`
+      case 'wrong_url': return `wrong token URL: ${this.#tokenUrl ?? ''} is not a token endpoint (set AUTH_URL and AUTH_REALM, AUTH_ISSUER_URL, or AUTH_TOKEN_URL)`
+      case 'discovery': return `OpenID Connect discovery at ${wellKnownUrl(this.#o.issuerUrl ?? '')} failed (see the log); retrying`
       case 'transient': return 'token endpoint unreachable or failing; retrying'
       default: return 'no valid access token'
     }
@@ -229,55 +257,167 @@ export class TokenManager implements AuthorizationSource {
   }
 
   async #attempt (): Promise<void> {
-    let grant: GrantType = 'password'
+    let step: GrantType | 'discovery' = this.#primaryGrant
     try {
+      if (this.#needsDiscovery) {
+        step = 'discovery'
+        await this.discover()
+        step = this.#primaryGrant
+      }
       let set: TokenSet | undefined
       const refresh = this.#refresh
       if (refresh !== undefined && (refresh.usableUntil === undefined || this.#clock.now() < refresh.usableUntil)) {
         // A refresh token is sent once, whatever happens: with rotation on, a
         // second use would be refused, and may revoke the session.
         this.#refresh = undefined
-        grant = 'refresh_token'
+        step = 'refresh_token'
         try {
-          set = await this.#send(grant, refreshForm(this.#client(), refresh.token))
+          set = await this.#send(step, refreshGrant(this.#client(), refresh.token))
         } catch (err) {
           if (!(err instanceof GrantError) || err.kind !== 'rejected' || this.#stopped) throw err
-          this.#o.log.info({ event: 'token', grant, outcome: 'rejected', reason: this.#secrets.scrub(err.message) }, 'refresh token refused: falling back to the password grant')
-          grant = 'password'
+          this.#o.log.info({ event: 'token', grant: step, outcome: 'rejected', reason: this.#secrets.scrub(err.message) }, `refresh token refused: falling back to the ${this.#primaryGrant} grant`)
+          step = this.#primaryGrant
         }
       }
       if (set === undefined) {
         this.#refresh = undefined
-        const creds = this.#o.credentials.read()
-        this.#secrets.add(creds.password)
-        this.#secrets.add(creds.clientSecret)
-        set = await this.#send(grant, passwordForm(this.#client(creds.clientSecret), creds.username, creds.password))
+        set = await this.#send(step as PrimaryGrant, this.#primaryRequest())
       }
-      this.#store(set, grant)
+      this.#store(set, step as GrantType)
     } catch (err) {
       if (this.#stopped) return
-      this.#failed(grant, err)
+      this.#failed(step, err)
     }
   }
 
-  #client (clientSecret = this.#o.credentials.read().clientSecret): GrantInput {
-    this.#secrets.add(clientSecret)
-    const { clientId, scope } = this.#o.client
-    return { clientId, ...(clientSecret !== undefined && { clientSecret }), ...(scope !== undefined && { scope }) }
+  get #primaryGrant (): PrimaryGrant {
+    return this.#o.grantType ?? 'password'
   }
 
-  async #send (grant: GrantType, form: string): Promise<TokenSet> {
+  get #needsDiscovery (): boolean {
+    return this.#o.issuerUrl !== undefined && this.#endpoints === undefined
+  }
+
+  /** The client's part of every request: its id, its secret as it is now, the scope and AUTH_TOKEN_PARAMS. */
+  #client (clientSecret = this.#o.credentials.read().clientSecret): GrantInput {
+    this.#secrets.add(clientSecret)
+    const { clientSecret: _configured, ...client } = this.#o.client
+    return { ...client, ...(clientSecret !== undefined && { clientSecret }) }
+  }
+
+  /** The password or client_credentials grant, with the credentials as they are now. */
+  #primaryRequest (): GrantRequest {
+    const creds = this.#o.credentials.read()
+    this.#secrets.add(creds.password)
+    const client = this.#client(creds.clientSecret)
+    return this.#primaryGrant === 'client_credentials'
+      ? clientCredentialsGrant(client)
+      : passwordGrant(client, creds.username ?? '', creds.password ?? '')
+  }
+
+  /**
+   * OpenID Connect discovery (AUTH_ISSUER_URL), once for the process's life:
+   * the token endpoint (unless AUTH_TOKEN_URL is set) and the end-session
+   * and revocation endpoints. Throws a GrantError; undefined without an issuer.
+   */
+  async discover (): Promise<Endpoints | undefined> {
+    const issuer = this.#o.issuerUrl
+    if (issuer === undefined || this.#o.get === undefined) return undefined
+    if (this.#endpoints !== undefined) return this.#endpoints
+    const url = wellKnownUrl(issuer)
+    this.#o.log.debug({ event: 'discovery', url }, 'discovery request')
+    const res = await this.#bounded(this.#o.timeoutMs, (signal) => this.#o.get!(url, signal), 'discovery')
+    const endpoints = checkDiscovery(issuer, res, this.#tokenUrl === undefined)
+    this.#endpoints = endpoints
+    this.#tokenUrl ??= endpoints.tokenUrl
+    this.#o.log.info({
+      event: 'discovery',
+      issuer,
+      tokenUrl: this.#tokenUrl,
+      endSessionUrl: endpoints.endSessionUrl ?? null,
+      revocationUrl: endpoints.revocationUrl ?? null
+    }, 'discovered the realm\'s endpoints')
+    return endpoints
+  }
+
+  /**
+   * One grant with the configured credentials, now, without the retries
+   * (the `check` command): discovery first if it has not run. The token is
+   * held as after any grant. Throws a GrantError whose message is scrubbed.
+   */
+  async grantOnce (): Promise<{ grant: PrimaryGrant, tokenUrl: string, set: TokenSet }> {
+    try {
+      await this.discover()
+      const set = await this.#send(this.#primaryGrant, this.#primaryRequest())
+      this.#store(set, this.#primaryGrant)
+      return { grant: this.#primaryGrant, tokenUrl: this.#tokenUrl ?? '', set }
+    } catch (err) {
+      const e = err instanceof GrantError ? err : new GrantError(String(err), 'transient')
+      throw new GrantError(this.#secrets.scrub(e.message), e.kind, {
+        ...(e.oauthError !== undefined && { oauthError: e.oauthError }),
+        ...(e.status !== undefined && { status: e.status })
+      })
+    }
+  }
+
+  async endSession (timeoutMs: number): Promise<LogoutResult> {
+    const refresh = this.#refresh
+    const token = this.#token
+    this.#refresh = undefined
+    this.#token = undefined
+    const result = await this.#endSession(refresh?.token, token?.header.slice('Bearer '.length), timeoutMs)
+    this.#o.onLogout?.(result.outcome)
+    const level = result.outcome === 'success' || result.outcome === 'skipped' ? 'info' : 'warn'
+    this.#o.log[level]({ event: 'logout', outcome: result.outcome }, this.#secrets.scrub(result.detail))
+    return { outcome: result.outcome, detail: this.#secrets.scrub(result.detail) }
+  }
+
+  async #endSession (refreshToken: string | undefined, accessToken: string | undefined, timeoutMs: number): Promise<LogoutResult> {
+    if (refreshToken === undefined && accessToken === undefined) return { outcome: 'skipped', detail: 'no session to end: no token was obtained' }
+    const endSessionUrl = this.#endpoints?.endSessionUrl ?? (this.#o.issuerUrl === undefined ? keycloakLogoutUrl(this.#tokenUrl) : undefined)
+    const revocationUrl = this.#endpoints?.revocationUrl
+    let url: string
+    let request: GrantRequest
+    let endpoint: string
+    if (refreshToken !== undefined && endSessionUrl !== undefined) {
+      url = endSessionUrl
+      request = endSessionRequest(this.#client(), refreshToken)
+      endpoint = 'end-session endpoint'
+    } else if (revocationUrl !== undefined) {
+      url = revocationUrl
+      request = revocationRequest(this.#client(), refreshToken ?? accessToken!, refreshToken !== undefined ? 'refresh_token' : 'access_token')
+      endpoint = 'revocation endpoint'
+    } else if (refreshToken === undefined) {
+      return { outcome: 'skipped', detail: 'no session to end: no refresh token was issued and the server offers no revocation endpoint' }
+    } else {
+      return { outcome: 'skipped', detail: 'session left open: no end-session endpoint is known (the token URL does not end in /token; set AUTH_ISSUER_URL)' }
+    }
+    if (timeoutMs <= 0) return { outcome: 'skipped', detail: 'session left open: no time left in the shutdown grace period' }
+    try {
+      const res = await this.#bounded(timeoutMs, (signal) => this.#o.post(url, request.form, signal, request.authorization), 'logout')
+      if (res.status >= 200 && res.status < 300) return { outcome: 'success', detail: `session ended: the ${endpoint} ${url} answered ${res.status}` }
+      const { error, description } = oauthErrorOf(res)
+      const what = `the ${endpoint} ${url} answered ${res.status}${error === undefined ? '' : ` ${error}${description === '' ? '' : ` (${description})`}`}`
+      return res.status >= 400 && res.status < 500 && error !== undefined
+        ? { outcome: 'rejected', detail: `session not ended: ${what}` }
+        : { outcome: 'error', detail: `session not ended: ${what}${res.status === 404 || res.status === 405 ? ' (no such endpoint on this server: set AUTH_LOGOUT_ON_SHUTDOWN=false, or AUTH_ISSUER_URL)' : ''}` }
+    } catch (err) {
+      return { outcome: 'error', detail: `session not ended: ${(err as Error).message}` }
+    }
+  }
+
+  async #send (grant: GrantType, request: GrantRequest): Promise<TokenSet> {
     try {
       let set: TokenSet
       try {
-        set = await this.#post(grant, this.#tokenUrl, form)
+        set = await this.#post(grant, this.#tokenUrl ?? '', request)
       } catch (err) {
         const alternate = this.#alternateTokenUrl
         if (!(err instanceof GrantError) || err.kind !== 'wrong_url' || alternate === undefined || this.#stopped) throw err
         // Keycloak 17+ serves without /auth, older ones with it: the URL was
         // derived from AUTH_URL, so the other layout is tried, once.
         this.#alternateTokenUrl = undefined
-        set = await this.#post(grant, alternate, form).catch((again: unknown) => {
+        set = await this.#post(grant, alternate, request).catch((again: unknown) => {
           // only a token endpoint judges a grant: 400 or 401 with an OAuth error
           const judged = again instanceof GrantError && again.kind === 'rejected' && (again.status === 400 || again.status === 401) && again.oauthError !== undefined
           if (!judged) throw err
@@ -302,31 +442,36 @@ export class TokenManager implements AuthorizationSource {
   }
 
   /** One request to the token endpoint at `url`, its answer checked. */
-  async #post (grant: GrantType, url: string, form: string): Promise<TokenSet> {
-    const abort = new AbortController()
-    this.#abort = abort
-    const timer = this.#clock.setTimeout(() => abort.abort(), this.#o.timeoutMs)
+  async #post (grant: GrantType, url: string, request: GrantRequest): Promise<TokenSet> {
+    this.#o.log.debug({ event: 'token', grant, tokenUrl: url }, 'token request')
+    const res = await this.#bounded(this.#o.timeoutMs, (signal) => this.#o.post(url, request.form, signal, request.authorization), 'token')
+    this.#o.log.debug({ event: 'token', grant, status: res.status }, 'token endpoint answered')
     try {
-      this.#o.log.debug({ event: 'token', grant, tokenUrl: url }, 'token request')
-      const res = await this.#o.post(url, form, abort.signal)
-      this.#o.log.debug({ event: 'token', grant, status: res.status }, 'token endpoint answered')
-      try {
-        return checkTokenResponse(res)
-      } catch (err) {
-        if (err instanceof GrantError && err.kind === 'wrong_url') {
-          throw new GrantError(`POST ${url}: ${err.message}`, 'wrong_url', { ...(err.status !== undefined && { status: err.status }) })
-        }
-        throw err
-      }
+      return checkTokenResponse(res)
     } catch (err) {
-      if (err instanceof GrantError) throw err
+      if (err instanceof GrantError && err.kind === 'wrong_url') {
+        throw new GrantError(`POST ${url}: ${err.message}`, 'wrong_url', { ...(err.status !== undefined && { status: err.status }) })
+      }
+      throw err
+    }
+  }
+
+  /** One request to the auth server, aborted after `timeoutMs`; a network error or timeout becomes a transient GrantError. */
+  async #bounded (timeoutMs: number, send: (signal: AbortSignal) => Promise<TokenEndpointResponse>, what: 'token' | 'discovery' | 'logout'): Promise<TokenEndpointResponse> {
+    const abort = new AbortController()
+    const tracked = what !== 'logout'
+    if (tracked) this.#abort = abort
+    const timer = this.#clock.setTimeout(() => abort.abort(), timeoutMs)
+    try {
+      return await send(abort.signal)
+    } catch (err) {
       const message = abort.signal.aborted
-        ? `token request timed out after ${this.#o.timeoutMs} ms`
-        : `token request failed: ${describeNetworkError(err)}`
+        ? `${what} request timed out after ${timeoutMs} ms`
+        : `${what} request failed: ${describeNetworkError(err)}`
       throw new GrantError(message, 'transient', { cause: err })
     } finally {
       this.#clock.clearTimeout(timer)
-      this.#abort = undefined
+      if (tracked) this.#abort = undefined
     }
   }
 
@@ -363,20 +508,20 @@ export class TokenManager implements AuthorizationSource {
     this.#waiters.clear()
   }
 
-  #failed (grant: GrantType, err: unknown): void {
+  #failed (step: GrantType | 'discovery', err: unknown): void {
     const e = err instanceof GrantError ? err : new GrantError(String(err), 'transient')
     // A wrong URL is retried with the backoff of an outage: no credentials
     // reached a token endpoint, and a gateway's HTML page may be temporary.
     const rejected = e.kind === 'rejected'
-    this.#lastFailureKind = e.kind === 'rejected' ? (isCredentialRejection(e) ? 'credentials' : 'rejected') : e.kind
+    this.#lastFailureKind = step === 'discovery' ? 'discovery' : e.kind === 'rejected' ? (isCredentialRejection(e) ? 'credentials' : 'rejected') : e.kind
     const delay = rejected
       ? slowRetryDelay(this.#o.rejectedRetryMs, this.#random())
       : backoffDelay({ minMs: this.#o.retryMinMs, maxMs: this.#o.retryMaxMs }, this.#failures, this.#random(), e.retryAfterMs)
     this.#failures += 1
 
     const fields = {
-      event: 'token',
-      grant,
+      event: step === 'discovery' ? 'discovery' : 'token',
+      ...(step !== 'discovery' && { grant: step }),
       outcome: rejected ? 'rejected' : 'error',
       reason: this.#secrets.scrub(e.message),
       attempt: this.#failures,
@@ -386,6 +531,8 @@ export class TokenManager implements AuthorizationSource {
     if (e.kind === 'rejected' && isCredentialRejection(e)) {
       // Every attempt is logged: they are a minute apart, and an operator must see them.
       this.#o.log.error(fields, 'credentials rejected by the auth server: retrying slowly to avoid a lockout')
+    } else if (step === 'discovery' && e.kind === 'wrong_url' && e.message !== this.#lastFailure) {
+      this.#o.log.error(fields, 'discovery failed: check AUTH_ISSUER_URL (Keycloak\'s is https://host/realms/<realm>)')
     } else if (e.kind === 'wrong_url' && e.message !== this.#lastFailure) {
       this.#o.log.error(fields, 'wrong token URL: check AUTH_URL and AUTH_REALM, or set AUTH_TOKEN_URL to the realm\'s token endpoint')
     } else if (e.message !== this.#lastFailure) {
@@ -395,7 +542,7 @@ export class TokenManager implements AuthorizationSource {
       this.#o.log.debug(fields, 'token request failed again')
     }
     this.#lastFailure = e.message
-    this.#o.log.debug({ event: 'token', grant, failure: e.kind, retryInMs: Math.round(delay) }, 'token request will be retried')
+    this.#o.log.debug({ event: fields.event, ...(step !== 'discovery' && { grant: step }), failure: e.kind, retryInMs: Math.round(delay) }, `${fields.event} request will be retried`)
 
     const retryAt = this.#clock.now() + delay
     this.#arm(retryAt, () => this.#renewNow())
@@ -434,6 +581,27 @@ export class TokenManager implements AuthorizationSource {
 
 function secondsUntil (ms: number): number {
   return Math.max(1, Math.ceil(ms / 1000))
+}
+
+/** Keycloak's end-session endpoint: the token URL with its last segment `token` replaced by `logout`. */
+export function keycloakLogoutUrl (tokenUrl: string | undefined): string | undefined {
+  if (tokenUrl === undefined) return undefined
+  const url = new URL(tokenUrl)
+  if (!url.pathname.endsWith('/token')) return undefined
+  url.pathname = `${url.pathname.slice(0, -'token'.length)}logout`
+  return url.href
+}
+
+function oauthErrorOf (res: TokenEndpointResponse): { error?: string, description: string } {
+  try {
+    const body = JSON.parse(res.body) as { error?: unknown, error_description?: unknown }
+    return {
+      ...(typeof body.error === 'string' && { error: body.error.slice(0, 100) }),
+      description: typeof body.error_description === 'string' ? body.error_description.slice(0, 200) : ''
+    }
+  } catch {
+    return { description: '' }
+  }
 }
 
 function describeNetworkError (err: unknown): string {

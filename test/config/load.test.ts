@@ -29,7 +29,11 @@ t.test('defaults and derived values', async (t) => {
     mode: 'oauth2',
     tokenUrl: 'https://sso.internal/auth/realms/service-realm/protocol/openid-connect/token',
     alternateTokenUrl: 'https://sso.internal/realms/service-realm/protocol/openid-connect/token',
-    clientId: 'legacy-app'
+    grantType: 'password',
+    clientAuth: 'client_secret_post',
+    clientId: 'legacy-app',
+    params: [],
+    logoutOnShutdown: true
   })
   t.equal(c.accessLog, true)
   t.same(c.warnings, [])
@@ -64,14 +68,14 @@ t.test('every problem is reported at once, naming each variable, echoing no valu
     'UPSTREAM_TIMEOUT_MS must be at least 1',
     'BASE_URL is required',
     'AUTH_USERNAME (or AUTH_USERNAME_FILE) is required',
-    'AUTH_URL is required in oauth2 mode (or set AUTH_TOKEN_URL)',
+    'AUTH_URL is required in oauth2 mode (or set AUTH_ISSUER_URL or AUTH_TOKEN_URL)',
     'AUTH_CLIENT_ID is required in oauth2 mode'
   ])
   const missing = problems({ AUTH_PASSWORD: 'hunter2-do-not-echo' })
   t.same(missing, [
     'BASE_URL is required',
     'AUTH_USERNAME (or AUTH_USERNAME_FILE) is required',
-    'AUTH_URL is required in oauth2 mode (or set AUTH_TOKEN_URL)',
+    'AUTH_URL is required in oauth2 mode (or set AUTH_ISSUER_URL or AUTH_TOKEN_URL)',
     'AUTH_CLIENT_ID is required in oauth2 mode'
   ])
   t.notMatch(JSON.stringify(got) + JSON.stringify(missing), 'hunter2')

@@ -81,10 +81,12 @@ Add the volume from "auth-sidecar.volume" to the pod.
       value: {{ toString $value | quote }}
     {{- end }}
     {{- end }}
+    {{- if or (eq (toString $s.env.AUTH_MODE) "basic") (ne (toString $s.env.AUTH_GRANT_TYPE) "client_credentials") }}
     - name: AUTH_USERNAME_FILE
       value: /var/run/secrets/auth-sidecar/{{ .keys.username }}
     - name: AUTH_PASSWORD_FILE
       value: /var/run/secrets/auth-sidecar/{{ .keys.password }}
+    {{- end }}
     {{- if .keys.clientSecret }}
     - name: AUTH_CLIENT_SECRET_FILE
       value: /var/run/secrets/auth-sidecar/{{ .keys.clientSecret }}
