@@ -127,6 +127,25 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say, logge
     say('skip', 'grant', 'basic mode has no token endpoint: the credentials go as Authorization: Basic')
   }
 
+  const upstream = await upstreamStep(app, config, args, say, logged)
+
+  // the session it opened is ended whatever the upstream said
+  if (config.auth.mode !== 'oauth2') return upstream
+  if (!config.auth.logoutOnShutdown) {
+    say('skip', 'session', 'left open: AUTH_LOGOUT_ON_SHUTDOWN=false (Keycloak ends it after SSO Session Idle)')
+    return upstream
+  }
+  const { outcome, detail } = await tokens.endSession(config.token.timeoutMs)
+  if (outcome === 'error' || outcome === 'rejected') {
+    say('FAIL', 'session', detail)
+    return upstream === CHECK_EXIT.ok ? CHECK_EXIT.session : upstream
+  }
+  say(outcome === 'success' ? 'ok' : 'skip', 'session', detail)
+  return upstream
+}
+
+/** One request through the proxy's own code path (Fastify's inject); any 2xx-4xx but 401/403 counts as reached. */
+async function upstreamStep (app: App, config: Config, args: CheckArgs, say: Say, logged: Array<Record<string, unknown>>): Promise<number> {
   const target = `${config.upstream.origin}${config.upstream.basePath}${args.path === '/' && config.upstream.basePath !== '' ? '' : args.path}`
   const started = performance.now()
   const res = await app.proxy.inject({ method: args.method as 'GET', url: args.path })
@@ -152,18 +171,6 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say, logge
     return CHECK_EXIT.upstream
   }
   say('ok', 'upstream', `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, token accepted`)
-
-  if (config.auth.mode !== 'oauth2') return CHECK_EXIT.ok
-  if (!config.auth.logoutOnShutdown) {
-    say('skip', 'session', 'left open: AUTH_LOGOUT_ON_SHUTDOWN=false (Keycloak ends it after SSO Session Idle)')
-    return CHECK_EXIT.ok
-  }
-  const { outcome, detail } = await tokens.endSession(config.token.timeoutMs)
-  if (outcome === 'error' || outcome === 'rejected') {
-    say('FAIL', 'session', detail)
-    return CHECK_EXIT.session
-  }
-  say(outcome === 'success' ? 'ok' : 'skip', 'session', detail)
   return CHECK_EXIT.ok
 }
 

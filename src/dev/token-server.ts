@@ -51,7 +51,7 @@ export interface LogoutRecord {
   status: number
 }
 
-/** What the next token request gets instead of a normal answer. */
+/** What the next token request (or discovery, end-session or revocation request) gets instead of a normal answer. */
 export type Fault =
   | { status: number, body: string, contentType?: string, headers?: Record<string, string> }
   | { hang: true }
@@ -204,6 +204,16 @@ export class TokenServer {
       req.on('end', () => {
         const form = Object.fromEntries(new URLSearchParams(Buffer.concat(chunks).toString()))
         const endpoint = req.url === logoutPath ? 'logout' : 'revoke'
+        const fault = this.faults.shift()
+        if (fault !== undefined && 'hang' in fault) {
+          this.#hanging.add(res)
+          return
+        }
+        if (fault !== undefined && 'status' in fault) {
+          this.logouts.push({ endpoint, form, clientAuth: clientAuthOf(form, req.headers.authorization), status: fault.status })
+          res.writeHead(fault.status, { 'content-type': fault.contentType ?? 'application/json', ...fault.headers })
+          return void res.end(fault.body)
+        }
         const { status, body } = endpoint === 'logout' ? this.#logout(form, req.headers.authorization) : this.#revoke(form, req.headers.authorization)
         this.logouts.push({ endpoint, form, clientAuth: clientAuthOf(form, req.headers.authorization), status })
         if (body === undefined) {

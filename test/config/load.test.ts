@@ -189,3 +189,55 @@ t.test('a malformed HTTP_PROXY or HTTPS_PROXY is a configuration error, named wi
     'HTTPS_PROXY must be a proxy URL such as http://host:3128 (credentials, if any, as http://user:password@host:3128)'
   ])
 })
+
+t.test('AUTH_GRANT_TYPE=client_credentials: the client secret is required, the user is not (and is warned about)', async (t) => {
+  const noUser = { ...minimal, AUTH_USERNAME: undefined, AUTH_PASSWORD: undefined, AUTH_GRANT_TYPE: 'client_credentials' }
+  t.same(problems(noUser), ['AUTH_CLIENT_SECRET (or AUTH_CLIENT_SECRET_FILE) is required by the client_credentials grant: a confidential client with "Service accounts roles" on'])
+  const c = loadConfig({ ...noUser, AUTH_CLIENT_SECRET: 's' }, { cwd: '/x' })
+  t.match(c.auth, { grantType: 'client_credentials' })
+  t.same(Object.keys(c.credentials), ['clientSecret'])
+  t.same(c.warnings, [])
+  const withUser = loadConfig({ ...minimal, AUTH_GRANT_TYPE: 'client_credentials', AUTH_CLIENT_SECRET: 's' }, { cwd: '/x' })
+  t.same(withUser.warnings, [
+    'AUTH_USERNAME is not used by the client_credentials grant (AUTH_GRANT_TYPE)',
+    'AUTH_PASSWORD is not used by the client_credentials grant (AUTH_GRANT_TYPE)'
+  ])
+  t.same(problems({ ...minimal, AUTH_GRANT_TYPE: 'implicit' }), ['AUTH_GRANT_TYPE must be one of password, client_credentials'])
+  t.same(problems({ ...minimal, AUTH_PASSWORD: undefined }), ['AUTH_PASSWORD (or AUTH_PASSWORD_FILE) is required'], 'the password grant still needs its user')
+})
+
+t.test('AUTH_CLIENT_AUTH=client_secret_basic needs a client secret', async (t) => {
+  t.same(problems({ ...minimal, AUTH_CLIENT_AUTH: 'client_secret_basic' }), ['AUTH_CLIENT_SECRET (or AUTH_CLIENT_SECRET_FILE) is required by AUTH_CLIENT_AUTH=client_secret_basic'])
+  t.match(loadConfig({ ...minimal, AUTH_CLIENT_AUTH: 'client_secret_basic', AUTH_CLIENT_SECRET: 's' }, { cwd: '/x' }).auth, { clientAuth: 'client_secret_basic' })
+  t.same(problems({ ...minimal, AUTH_CLIENT_AUTH: 'private_key_jwt' }), ['AUTH_CLIENT_AUTH must be one of client_secret_post, client_secret_basic'])
+})
+
+t.test('AUTH_TOKEN_PARAMS: decoded pairs; the sidecar\'s own parameters and malformed text are refused without echoing values', async (t) => {
+  const c = loadConfig({ ...minimal, AUTH_TOKEN_PARAMS: 'audience=orders+api&resource=https%3A%2F%2Fa&resource=https%3A%2F%2Fb&empty=' }, { cwd: '/x' })
+  t.same(c.auth.mode === 'oauth2' && c.auth.params, [['audience', 'orders api'], ['resource', 'https://a'], ['resource', 'https://b'], ['empty', '']])
+  for (const name of ['grant_type', 'client_id', 'client_secret', 'username', 'password', 'refresh_token']) {
+    t.same(problems({ ...minimal, AUTH_TOKEN_PARAMS: `audience=x&${name}=sneaky-value` }), [`AUTH_TOKEN_PARAMS may not set "${name}": the sidecar sets it`], name)
+  }
+  t.same(problems({ ...minimal, AUTH_TOKEN_PARAMS: 'scope=openid' }), ['AUTH_TOKEN_PARAMS may not set "scope": the sidecar sets it (use AUTH_SCOPE)'])
+  t.same(problems({ ...minimal, AUTH_TOKEN_PARAMS: 'client%5Fsecret=sneaky-value' }), ['AUTH_TOKEN_PARAMS may not set "client_secret": the sidecar sets it'], 'an encoded name is decoded first')
+  const malformed = [...problems({ ...minimal, AUTH_TOKEN_PARAMS: 'audience=%zz-sneaky' }), ...problems({ ...minimal, AUTH_TOKEN_PARAMS: 'sneaky' }), ...problems({ ...minimal, AUTH_TOKEN_PARAMS: '=sneaky' })]
+  t.equal(malformed.length, 3)
+  for (const p of malformed) t.match(p, /^AUTH_TOKEN_PARAMS must be name=value pairs joined by &/)
+  t.notMatch(malformed.join(' '), 'sneaky')
+})
+
+t.test('AUTH_ISSUER_URL replaces AUTH_URL; AUTH_TOKEN_URL still wins for the token endpoint', async (t) => {
+  const issuer = 'https://sso.internal/realms/service-realm'
+  const c = loadConfig({ ...minimal, AUTH_URL: undefined, AUTH_ISSUER_URL: issuer }, { cwd: '/x' })
+  t.match(c.auth, { issuerUrl: issuer })
+  t.notOk(c.auth.mode === 'oauth2' && 'tokenUrl' in c.auth, 'the token URL comes from discovery')
+  t.same(c.warnings, [])
+  const both = loadConfig({ ...minimal, AUTH_ISSUER_URL: issuer }, { cwd: '/x' })
+  t.same(both.warnings, ['AUTH_URL is not used when AUTH_ISSUER_URL is set: the token endpoint comes from discovery'])
+  t.notOk(both.auth.mode === 'oauth2' && 'tokenUrl' in both.auth)
+  const token = loadConfig({ ...minimal, AUTH_URL: undefined, AUTH_ISSUER_URL: issuer, AUTH_TOKEN_URL: 'https://t.internal/token' }, { cwd: '/x' })
+  t.match(token.auth, { issuerUrl: issuer, tokenUrl: 'https://t.internal/token' })
+  t.same(problems({ ...minimal, AUTH_ISSUER_URL: 'sso.internal' }), ['AUTH_ISSUER_URL must be an absolute http or https URL'])
+  t.equal(loadConfig({ ...minimal, AUTH_LOGOUT_ON_SHUTDOWN: 'false' }, { cwd: '/x' }).auth.mode === 'oauth2' &&
+    (loadConfig({ ...minimal, AUTH_LOGOUT_ON_SHUTDOWN: 'false' }, { cwd: '/x' }).auth as { logoutOnShutdown: boolean }).logoutOnShutdown, false)
+})

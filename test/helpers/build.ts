@@ -3,7 +3,7 @@ import { connect } from 'node:net'
 import type { Test } from 'tap'
 import { buildApp, type App } from '../../src/app.js'
 import { loadConfig } from '../../src/config/load.js'
-import { TokenServer, type TokenServerOptions } from '../../src/dev/token-server.js'
+import { TokenServer, type Fault, type TokenServerOptions } from '../../src/dev/token-server.js'
 import { captureLogger } from './log.js'
 import { FakeUpstream } from './upstream.js'
 
@@ -23,9 +23,10 @@ export interface Harness {
 /**
  * A sidecar on port 0 in front of a FakeUpstream (BASE_URL with an /api
  * prefix), against a Keycloak-like TokenServer; everything is closed in
- * teardown. `env` overrides the configuration.
+ * teardown. `env` overrides the configuration; `{issuer}` in a value is the
+ * token server's issuer URL. `deps.faults` are queued before the start.
  */
-export async function build (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}, deps: { headersTimeoutMs?: number } = {}): Promise<Harness> {
+export async function build (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}, deps: { headersTimeoutMs?: number, faults?: Fault[] } = {}): Promise<Harness> {
   const tokenServer = new TokenServer({
     clients: { 'legacy-app': CLIENT_SECRET },
     users: { 'service-user': PASSWORD },
@@ -46,10 +47,11 @@ export async function build (t: Test, env: Record<string, string> = {}, tokenOpt
     ADMIN_HOST: '127.0.0.1',
     TOKEN_RETRY_MIN_MS: '50',
     TOKEN_RETRY_MAX_MS: '200',
-    ...env
+    ...Object.fromEntries(Object.entries(env).map(([name, value]) => [name, value.replace('{issuer}', tokenServer.issuer)]))
   }, { cwd: '/nonexistent' })
+  tokenServer.faults.push(...(deps.faults ?? []))
   const log = captureLogger()
-  const app = await buildApp(config, { logger: log.logger, ...deps })
+  const app = await buildApp(config, { logger: log.logger, ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }) })
   const { proxy, admin } = await app.listen()
   t.teardown(async () => {
     await app.close(500)

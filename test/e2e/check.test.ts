@@ -1,0 +1,185 @@
+import { execFileSync } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import { createServer as createHttpsServer } from 'node:https'
+import { createServer, type Server } from 'node:net'
+import type { AddressInfo } from 'node:net'
+import { join } from 'node:path'
+import t, { type Test } from 'tap'
+import { CHECK_EXIT, runCheck } from '../../src/check.js'
+import { TokenServer, type Fault, type TokenServerOptions } from '../../src/dev/token-server.js'
+import { freePort, start } from '../helpers/process.js'
+import { FakeUpstream } from '../helpers/upstream.js'
+
+const PASSWORD = 'check-password-7a6b5c'
+const SECRET = 'check-client-secret-3e4f'
+
+interface Servers { tokenServer: TokenServer, upstream: FakeUpstream, env: Record<string, string> }
+
+async function servers (t: Test, options: TokenServerOptions = {}, faults: Fault[] = []): Promise<Servers> {
+  const tokenServer = new TokenServer({ clients: { 'legacy-app': SECRET }, users: { 'service-user': PASSWORD }, ...options })
+  await tokenServer.listen()
+  tokenServer.faults.push(...faults)
+  const upstream = new FakeUpstream(tokenServer)
+  await upstream.listen()
+  t.teardown(async () => {
+    await upstream.close()
+    await tokenServer.close()
+  })
+  return {
+    tokenServer,
+    upstream,
+    env: {
+      BASE_URL: `${upstream.url}/api`,
+      AUTH_URL: tokenServer.url,
+      AUTH_CLIENT_ID: 'legacy-app',
+      AUTH_CLIENT_SECRET: SECRET,
+      AUTH_USERNAME: 'service-user',
+      AUTH_PASSWORD: PASSWORD
+    }
+  }
+}
+
+async function check (env: Record<string, string>, args: string[] = []): Promise<{ code: number, output: string, lines: string[] }> {
+  let output = ''
+  const code = await runCheck(env, args, (text) => { output += text }, '/nonexistent')
+  return { code, output, lines: output.trimEnd().split('\n') }
+}
+
+function noSecrets (t: Test, output: string, tokenServer?: TokenServer): void {
+  t.notMatch(output, PASSWORD, 'no password')
+  t.notMatch(output, SECRET, 'no client secret')
+  t.notMatch(output, /eyJ[A-Za-z0-9_-]{10,}/, 'no token')
+  for (const g of tokenServer?.grants ?? []) if (g.form.refresh_token) t.notMatch(output, g.form.refresh_token)
+}
+
+t.test('check: configuration, grant, upstream, session; exit 0, one line each, nothing secret', async (t) => {
+  const s = await servers(t)
+  const { code, lines, output } = await check(s.env, ['--path', '/_verify'])
+  t.equal(code, CHECK_EXIT.ok, output)
+  t.equal(lines.length, 4)
+  t.match(lines[0], /^ok {3}configuration: oauth2, password grant as client legacy-app \(client_secret_post\), token URL http:\/\/127\.0\.0\.1:\d+\/auth\/realms\/service-realm\/protocol\/openid-connect\/token, upstream http:\/\/127\.0\.0\.1:\d+\/api$/)
+  t.match(lines[1], /^ok {3}grant: password grant at http:\/\/\S+: access token for 300 s, a refresh token for 1800 s; issuer http:\/\/127\.0\.0\.1:\d+\/auth\/realms\/service-realm, audience account, scope "profile email", expires 20\d\d-\d\d-\d\dT/)
+  t.match(lines[2], /^ok {3}upstream: GET http:\/\/127\.0\.0\.1:\d+\/api\/_verify answered 200 in \d+ ms: reached, token accepted$/)
+  t.match(lines[3], /^ok {3}session: session ended: the end-session endpoint \S+\/logout answered 204$/)
+  t.equal(s.upstream.received.length, 1)
+  t.equal(s.upstream.received[0]!.tokenValid, true, 'the request went out with the token, through the proxy\'s code path')
+  t.equal(s.tokenServer.activeSessions(), 0, 'the session it opened is ended')
+  t.equal(s.tokenServer.grants.length, 1)
+  noSecrets(t, output, s.tokenServer)
+})
+
+t.test('check opens no listener: the configured ports may be taken', async (t) => {
+  const s = await servers(t)
+  const taken: Server = createServer()
+  await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => taken.close())
+  const port = String((taken.address() as AddressInfo).port)
+  const { code } = await check({ ...s.env, PROXY_PORT: port, ADMIN_PORT: port, ADMIN_HOST: '127.0.0.1' })
+  t.equal(code, CHECK_EXIT.ok)
+})
+
+t.test('check with AUTH_ISSUER_URL and client_credentials: discovery first, the grant\'s own wording', async (t) => {
+  const s = await servers(t)
+  const { code, lines, output } = await check({ ...s.env, AUTH_URL: '', AUTH_ISSUER_URL: s.tokenServer.issuer, AUTH_GRANT_TYPE: 'client_credentials', AUTH_USERNAME: '', AUTH_PASSWORD: '' })
+  t.equal(code, CHECK_EXIT.ok, output)
+  t.match(lines[1], /^ok {3}discovery: http:\/\/\S+\/\.well-known\/openid-configuration: token endpoint \S+\/token, end-session endpoint \S+\/logout, revocation endpoint \S+\/revoke$/)
+  t.match(lines[2], /^ok {3}grant: client_credentials grant at \S+: access token for 300 s, no refresh token \(renewal is a new grant\);/)
+  t.match(lines[4], /^ok {3}session: session ended: the revocation endpoint \S+\/revoke answered 200$/)
+  noSecrets(t, output, s.tokenServer)
+})
+
+t.test('check: rejected credentials fail the grant step (exit 4), once, saying what to change', async (t) => {
+  const s = await servers(t)
+  const { code, lines, output } = await check({ ...s.env, AUTH_PASSWORD: 'wrong-password' })
+  t.equal(code, CHECK_EXIT.grant)
+  t.match(lines.at(-1), /^FAIL grant: token endpoint answered 401 invalid_grant \(Invalid user credentials\)\. Check AUTH_USERNAME and AUTH_PASSWORD/)
+  t.equal(s.tokenServer.grants.length, 1, 'one grant, no retries')
+  t.notMatch(output, 'wrong-password')
+})
+
+t.test('check: a token server echoing the form has it scrubbed from the output', async (t) => {
+  const s = await servers(t, {}, [{ status: 400, body: JSON.stringify({ error: 'invalid_request', error_description: `got password=${PASSWORD}&client_secret=${SECRET}` }) }])
+  const { code, output } = await check(s.env)
+  t.equal(code, CHECK_EXIT.grant)
+  noSecrets(t, output)
+  t.match(output, /got password=\[redacted\]/)
+})
+
+t.test('check: a wrong token URL, an unreachable auth server, an untrusted certificate: each named', async (t) => {
+  const s = await servers(t)
+  const wrong = await check({ ...s.env, AUTH_URL: '', AUTH_TOKEN_URL: `${s.tokenServer.url}/not/the/token` })
+  t.equal(wrong.code, CHECK_EXIT.grant)
+  t.match(wrong.output, /this URL is not the token endpoint\. Check AUTH_URL and AUTH_REALM, or set AUTH_ISSUER_URL or AUTH_TOKEN_URL/)
+
+  const dead = await check({ ...s.env, AUTH_URL: `http://127.0.0.1:${await freePort()}` })
+  t.equal(dead.code, CHECK_EXIT.grant)
+  t.match(dead.output, /token request failed: ECONNREFUSED\. the auth server cannot be reached from here/)
+
+  const viaProxy = await check({ ...s.env, AUTH_URL: 'http://auth.invalid', HTTP_PROXY: `http://127.0.0.1:${await freePort()}` })
+  t.equal(viaProxy.code, CHECK_EXIT.grant)
+  t.match(viaProxy.output, /cannot be reached through the egress proxy: check HTTPS_PROXY\/HTTP_PROXY and NO_PROXY/)
+
+  const dir = t.testdir({})
+  const run = (...args: string[]): void => { execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' }) }
+  run('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'key.pem', '-out', 'cert.pem', '-days', '2', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1')
+  const https = createHttpsServer({ key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) }, (_req, res) => res.end('{}'))
+  await new Promise<void>((resolve) => https.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { https.closeAllConnections(); https.close() })
+  const tls = await check({ ...s.env, AUTH_URL: '', AUTH_TOKEN_URL: `https://127.0.0.1:${(https.address() as AddressInfo).port}/token` })
+  t.equal(tls.code, CHECK_EXIT.grant)
+  t.match(tls.output, /FAIL grant: token request failed: [A-Z_]*SELF_SIGNED[A-Z_]*\. TLS trust: .*NODE_EXTRA_CA_CERTS/)
+})
+
+t.test('check: an upstream that refuses the token, or cannot be reached, fails the upstream step (exit 5)', async (t) => {
+  const s = await servers(t)
+  const refused = await check(s.env, ['--path', '/_status/403'])
+  t.equal(refused.code, CHECK_EXIT.upstream)
+  t.match(refused.lines.at(-2), /^FAIL upstream: GET \S+\/api\/_status\/403 answered 403: the upstream refuses the token\. Check what it expects/)
+  t.match(refused.lines.at(-1), /^ok {3}session: session ended/, 'the session is ended even so')
+  t.equal(s.tokenServer.activeSessions(), 0)
+
+  const other = await check(s.env, ['--path', '/_status/404'])
+  t.equal(other.code, CHECK_EXIT.ok, 'a 404 still proves the upstream was reached and took the token')
+
+  const failing = await check(s.env, ['--path', '/_status/500'])
+  t.equal(failing.code, CHECK_EXIT.upstream)
+
+  const dead = await check({ ...s.env, BASE_URL: `http://127.0.0.1:${await freePort()}` })
+  t.equal(dead.code, CHECK_EXIT.upstream)
+  t.match(dead.lines.at(-2), /^FAIL upstream: GET http:\/\/127\.0\.0\.1:\d+\/: the sidecar answered 502 upstream_unreachable \(ECONNREFUSED\)\. the upstream \(BASE_URL\) cannot be reached from here/)
+
+  const confined = await check(s.env, ['--path', '/a%00b'])
+  t.equal(confined.code, CHECK_EXIT.upstream)
+  t.match(confined.output, /the sidecar answered 400 bad_request/)
+})
+
+t.test('check: a configuration error is exit 1 with every problem; bad arguments exit 2', async (t) => {
+  const config = await check({ BASE_URL: 'nope', AUTH_PASSWORD: 'do-not-echo' })
+  t.equal(config.code, CHECK_EXIT.configuration)
+  t.match(config.lines[0], /^FAIL configuration: BASE_URL must be an absolute http or https URL; /)
+  t.notMatch(config.output, 'do-not-echo')
+  t.equal((await check({}, ['--path', 'no-slash'])).code, CHECK_EXIT.usage)
+  t.equal((await check({}, ['--frobnicate'])).code, CHECK_EXIT.usage)
+  const help = await check({}, ['--help'])
+  t.equal(help.code, 0)
+  t.match(help.output, /Exit codes: 0 all passed/)
+})
+
+t.test('AUTH_LOGOUT_ON_SHUTDOWN=false: check leaves the session, as the sidecar would', async (t) => {
+  const s = await servers(t)
+  const { code, lines } = await check({ ...s.env, AUTH_LOGOUT_ON_SHUTDOWN: 'false' })
+  t.equal(code, 0)
+  t.match(lines.at(-1), /^skip session: left open: AUTH_LOGOUT_ON_SHUTDOWN=false/)
+  t.equal(s.tokenServer.activeSessions(), 1)
+})
+
+t.test('node dist/main.js check: the same from the built entry point, no listener, exit code from the failing step', async (t) => {
+  const s = await servers(t)
+  const ok = start(s.env, t.testdir({}), ['check'])
+  t.equal(await ok.exited, 0, ok.stderr.join(''))
+  t.equal(ok.stdout.filter((l) => l.startsWith('ok ')).length, 4)
+  t.equal(s.tokenServer.activeSessions(), 0)
+  const bad = start({ ...s.env, AUTH_PASSWORD: 'nope' }, t.testdir({}), ['check'])
+  t.equal(await bad.exited, CHECK_EXIT.grant)
+  t.match(bad.stdout.join('\n'), /FAIL grant/)
+})

@@ -1,0 +1,64 @@
+import t from 'tap'
+import { checkDiscovery } from '../../src/token/discovery.js'
+import { clientCredentialsGrant, endSessionRequest, GrantError, passwordGrant, refreshGrant, revocationRequest } from '../../src/token/grant.js'
+import { keycloakLogoutUrl } from '../../src/token/manager.js'
+
+const post = { clientId: 'legacy-app', clientSecret: 's3cret', scope: 'openid', params: [['audience', 'api'], ['resource', 'https://a']] as Array<[string, string]> }
+
+const fields = (form: string): Array<[string, string]> => [...new URLSearchParams(form)]
+
+t.test('grant forms: the sidecar\'s fields, then AUTH_TOKEN_PARAMS; client_secret_post puts the client in the form', async (t) => {
+  t.same(fields(passwordGrant(post, 'svc', 'pw').form), [
+    ['grant_type', 'password'], ['username', 'svc'], ['password', 'pw'], ['client_id', 'legacy-app'], ['client_secret', 's3cret'],
+    ['scope', 'openid'], ['audience', 'api'], ['resource', 'https://a']
+  ])
+  t.same(fields(clientCredentialsGrant(post).form), [
+    ['grant_type', 'client_credentials'], ['client_id', 'legacy-app'], ['client_secret', 's3cret'], ['scope', 'openid'], ['audience', 'api'], ['resource', 'https://a']
+  ])
+  t.same(fields(refreshGrant(post, 'r1').form).slice(0, 2), [['grant_type', 'refresh_token'], ['refresh_token', 'r1']])
+  t.equal(passwordGrant(post, 'svc', 'pw').authorization, undefined)
+})
+
+t.test('client_secret_basic: RFC 6749 2.3.1, each part form-urlencoded before Base64, nothing of the client in the form', async (t) => {
+  const basic = { clientId: 'my app:1', clientSecret: 'a:b+c%/ é', clientAuth: 'client_secret_basic' as const }
+  const req = clientCredentialsGrant(basic)
+  t.same(fields(req.form), [['grant_type', 'client_credentials']])
+  const decoded = Buffer.from(req.authorization!.slice('Basic '.length), 'base64').toString('utf8')
+  t.equal(decoded, 'my+app%3A1:a%3Ab%2Bc%25%2F+%C3%A9', 'the colon separating them is the only raw one')
+})
+
+t.test('end-session and revocation requests carry the client and the token, not the grant extras', async (t) => {
+  t.same(fields(endSessionRequest(post, 'r1').form), [['refresh_token', 'r1'], ['client_id', 'legacy-app'], ['client_secret', 's3cret']])
+  t.same(fields(revocationRequest(post, 'a1', 'access_token').form), [['token', 'a1'], ['token_type_hint', 'access_token'], ['client_id', 'legacy-app'], ['client_secret', 's3cret']])
+})
+
+t.test('Keycloak\'s end-session endpoint is the token URL with token replaced by logout', async (t) => {
+  t.equal(keycloakLogoutUrl('https://kc/realms/r/protocol/openid-connect/token'), 'https://kc/realms/r/protocol/openid-connect/logout')
+  t.equal(keycloakLogoutUrl('https://kc/oauth2/v1/tokens'), undefined)
+  t.equal(keycloakLogoutUrl(undefined), undefined)
+})
+
+t.test('discovery: the issuer must match; an https issuer\'s endpoints must be https', async (t) => {
+  const issuer = 'https://kc.example/realms/r'
+  const doc = (extra: object) => ({ status: 200, body: JSON.stringify({ issuer, token_endpoint: `${issuer}/protocol/openid-connect/token`, ...extra }) })
+  t.same(checkDiscovery(issuer, doc({ end_session_endpoint: `${issuer}/logout` }), true), { tokenUrl: `${issuer}/protocol/openid-connect/token`, endSessionUrl: `${issuer}/logout` })
+  t.same(checkDiscovery(`${issuer}/`, doc({}), true).tokenUrl, `${issuer}/protocol/openid-connect/token`, 'a trailing slash in AUTH_ISSUER_URL is allowed')
+  const fails = (res: { status: number, body: string }, kind: string, message: RegExp, required = true): void => {
+    try {
+      checkDiscovery(issuer, res, required)
+      t.fail('accepted')
+    } catch (err) {
+      t.ok(err instanceof GrantError)
+      t.equal((err as GrantError).kind, kind)
+      t.match((err as Error).message, message)
+    }
+  }
+  fails(doc({ issuer: 'https://kc.example/realms/other' }), 'wrong_url', /names the issuer "https:\/\/kc\.example\/realms\/other", not https:\/\/kc\.example\/realms\/r/)
+  fails(doc({ token_endpoint: 'http://kc.example/token' }), 'wrong_url', /token_endpoint .* is not an https URL/)
+  fails(doc({ end_session_endpoint: 'javascript:alert(1)' }), 'wrong_url', /end_session_endpoint .* is not an https URL/)
+  fails(doc({ token_endpoint: undefined }), 'wrong_url', /names no token_endpoint/)
+  t.same(checkDiscovery(issuer, doc({ token_endpoint: undefined }), false), {}, 'with AUTH_TOKEN_URL the token endpoint may be absent')
+  fails({ status: 503, body: '' }, 'transient', /answered 503/)
+  fails({ status: 404, body: '' }, 'wrong_url', /not an OpenID Connect issuer/)
+  fails({ status: 200, body: '<html>' }, 'wrong_url', /not JSON/)
+})
