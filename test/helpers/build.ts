@@ -47,7 +47,7 @@ export async function build (t: Test, env: Record<string, string> = {}, tokenOpt
     ADMIN_HOST: '127.0.0.1',
     TOKEN_RETRY_MIN_MS: '50',
     TOKEN_RETRY_MAX_MS: '200',
-    ...Object.fromEntries(Object.entries(env).map(([name, value]) => [name, value.replace('{issuer}', tokenServer.issuer)]))
+    ...Object.fromEntries(Object.entries(env).map(([name, value]) => [name, typeof value === 'string' ? value.replace('{issuer}', tokenServer.issuer) : value]))
   }, { cwd: '/nonexistent' })
   tokenServer.faults.push(...(deps.faults ?? []))
   const log = captureLogger()
