@@ -1,7 +1,10 @@
 # syntax=docker/dockerfile:1
-# auth-sidecar image: multi-stage, production dependencies only, numeric
-# non-root user, nothing written at run time (a read-only root filesystem
-# works), node as PID 1 so that SIGTERM reaches the graceful shutdown.
+# auth-sidecar image: multi-stage, numeric non-root user, nothing written at
+# run time (a read-only root filesystem works), node as PID 1 so that SIGTERM
+# reaches the graceful shutdown. The build bundles every production
+# dependency into dist/main.js (scripts/build.mjs), so the image ships that
+# file and package.json and nothing else: no node_modules, no demo, no
+# development token server, no source maps (npm run test:image checks).
 ARG NODE_IMAGE=node:26-slim
 
 FROM ${NODE_IMAGE} AS build
@@ -13,11 +16,6 @@ COPY tsconfig.json ./
 COPY src ./src
 RUN npm run build
 
-FROM ${NODE_IMAGE} AS deps
-WORKDIR /app
-COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
-
 FROM ${NODE_IMAGE}
 # GLIBC_TUNABLES and the V8 option below are start-up settings, measured in
 # docs/performance.md ("Start-up options"): freed upload buffers stay in
@@ -28,8 +26,7 @@ FROM ${NODE_IMAGE}
 ENV NODE_ENV=production \
     GLIBC_TUNABLES=glibc.malloc.trim_threshold=134217728
 WORKDIR /app
-COPY --from=deps /app/node_modules ./node_modules
-COPY --from=build /app/dist ./dist
+COPY --from=build /app/dist/main.js ./dist/main.js
 COPY package.json ./
 # 65532: the conventional "nonroot" id; no shell login, no home needed.
 USER 65532:65532

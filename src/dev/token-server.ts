@@ -28,6 +28,8 @@ export interface TokenServerOptions {
   tokenPath?: string
   /** confidential clients may use client_credentials ("Service accounts roles" on); true by default */
   serviceAccounts?: boolean
+  /** the URL clients reach it at, for `iss` and discovery (a compose service name, say); its listening address by default */
+  publicUrl?: string
   /** client_credentials answers carry a refresh token (Keycloak's "Use refresh tokens for client credentials grant"); false by default */
   clientCredentialsRefresh?: boolean
 }
@@ -82,6 +84,7 @@ export class TokenServer {
   discoveries = 0
   serviceAccounts: boolean
   clientCredentialsRefresh: boolean
+  readonly publicUrl: string | undefined
   readonly faults: Fault[] = []
   accessTokenSeconds: number
   refreshTokenSeconds: number
@@ -107,6 +110,7 @@ export class TokenServer {
     this.refreshTokenSeconds = options.refreshTokenSeconds ?? 1800
     this.sessionMaxSeconds = options.sessionMaxSeconds ?? 0
     this.rotation = options.rotation ?? true
+    this.publicUrl = options.publicUrl?.replace(/\/+$/, '')
     this.serviceAccounts = options.serviceAccounts ?? true
     this.clientCredentialsRefresh = options.clientCredentialsRefresh ?? false
     this.server = createServer((req, res) => this.#handle(req, res))
@@ -136,7 +140,7 @@ export class TokenServer {
 
   /** The realm's issuer, as Keycloak names it: the token path without /protocol/openid-connect/token. */
   get issuer (): string {
-    return this.url + this.#realmPath
+    return (this.publicUrl ?? this.url) + this.#realmPath
   }
 
   get #realmPath (): string {
@@ -188,7 +192,7 @@ export class TokenServer {
       return json(res, 200, {
         issuer: this.issuer,
         authorization_endpoint: `${base}/auth`,
-        token_endpoint: this.url + this.tokenPath,
+        token_endpoint: (this.publicUrl ?? this.url) + this.tokenPath,
         end_session_endpoint: `${base}/logout`,
         revocation_endpoint: `${base}/revoke`,
         jwks_uri: `${base}/certs`,
