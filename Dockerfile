@@ -7,7 +7,10 @@
 # development token server, no source maps (npm run test:image checks).
 ARG NODE_IMAGE=node:26-slim
 
-FROM ${NODE_IMAGE} AS build
+# The build runs on the builder's own platform: its output is JavaScript, the
+# same for every architecture, so a multi-arch image (the release workflow's
+# linux/amd64 and linux/arm64) needs no emulated npm ci.
+FROM --platform=$BUILDPLATFORM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 COPY scripts ./scripts

@@ -77,3 +77,16 @@ t.test('templates: native sidecar with a startup probe, files from the Secret, l
   t.match(sc, { runAsNonRoot: true, readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] }, seccompProfile: { type: 'RuntimeDefault' } })
   t.same(values.sidecar.resources, {}, 'resources left to the user')
 })
+
+t.test('the memory figures of the chart\'s README and values are those of docs/performance.md', async (t) => {
+  const performance = readFileSync(`${root}docs/performance.md`, 'utf8')
+  const row = performance.split('\n').find((l) => l.startsWith('| **auth-sidecar** |'))!.split('|').map((c) => c.replace(/\*/g, '').trim())
+  const [idle, load] = [row.at(-3), row.at(-2)]
+  t.match(idle, /^\d+$/)
+  t.match(load, /^\d+$/)
+  for (const [name, text] of [['README.md', readFileSync(`${chart}README.md`, 'utf8')], ['values.yaml', readFileSync(`${chart}values.yaml`, 'utf8')]]) {
+    const flat = text.replace(/\s+/g, ' ')
+    t.match(flat, `idled at ${idle} MB`, `${name}: idle ${idle} MB`)
+    t.match(flat, `held ${load} MB under load`, `${name}: ${load} MB under load`)
+  }
+})

@@ -1,0 +1,137 @@
+import { execFileSync, spawnSync } from 'node:child_process'
+import { chmodSync, chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import t, { type Test } from 'tap'
+import { parseAllDocuments, parse } from 'yaml'
+import { main, root } from '../helpers/process.js'
+
+/**
+ * The chart as Kubernetes gets it. With Helm (the GitHub workflow installs
+ * it; it is neither in Debian nor on npm) every rendered object is checked
+ * against the Kubernetes schemas of kubernetes-models, so a wrong field type
+ * fails here, not at `kubectl apply`. Whatever renders it, the pod's
+ * security settings are then played out on real files the way the kubelet
+ * mounts a Secret, and the built sidecar is run as the container's user to
+ * read them: the check that would have caught the EACCES crash loop of a
+ * chart without fsGroup.
+ */
+const chart = `${root}helm/auth-sidecar`
+const helm = spawnSync('helm', ['version', '--short'], { encoding: 'utf8' })
+const haveHelm = helm.status === 0
+const requireHelm = process.env.HELM_REQUIRED === '1'
+
+interface K8sObject { apiVersion: string, kind: string, metadata: { name: string }, spec?: any }
+
+function render (set: string[] = []): K8sObject[] {
+  const text = execFileSync('helm', ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, ...set.flatMap((s) => ['--set', s])], { encoding: 'utf8' })
+  return parseAllDocuments(text).map((d) => d.toJS() as K8sObject).filter((o) => o !== null)
+}
+
+/** kubernetes-models' class for an object's kind, which validates it against the OpenAPI schema. */
+async function validate (t: Test, object: K8sObject): Promise<void> {
+  const [group, version] = object.apiVersion.includes('/') ? object.apiVersion.split('/') : ['', object.apiVersion]
+  const path = group === '' ? `kubernetes-models/v1` : group === 'monitoring.coreos.com' ? undefined : `kubernetes-models/${group}/${version}`
+  if (path === undefined) {
+    t.pass(`${object.kind} ${object.metadata.name}: a CRD kind, not in the core schemas`)
+    return
+  }
+  const models = await import(path) as Record<string, new (data: object) => { validate(): void }>
+  const Model = models[object.kind]
+  t.ok(Model, `${object.kind} is a ${object.apiVersion} kind`)
+  t.doesNotThrow(() => new Model!(object).validate(), `${object.kind} ${object.metadata.name} is valid`)
+}
+
+t.test('rendered with Helm, every object satisfies the Kubernetes schemas', {
+  skip: haveHelm || requireHelm ? false : 'helm is not installed here (not in Debian, not on npm): the GitHub workflow renders the chart with real Helm'
+}, async (t) => {
+  t.ok(haveHelm, 'helm is required in this run (HELM_REQUIRED=1)')
+  const variants = [
+    [],
+    ['sidecar.native=false', 'credentials.existingSecret=creds'],
+    ['sidecar.env.AUTH_GRANT_TYPE=client_credentials', 'credentials.username=', 'credentials.password='],
+    ['metrics.serviceMonitor.enabled=true', 'metrics.prometheusRule.enabled=true']
+  ]
+  for (const set of variants) {
+    const objects = render(set)
+    t.ok(objects.some((o) => o.kind === 'Deployment'), `--set ${set.join(',') || '(none)'}: a Deployment`)
+    for (const object of objects) await validate(t, object)
+  }
+  // a wrong type is caught: the check can fail
+  const deployment = render().find((o) => o.kind === 'Deployment')!
+  const broken = structuredClone(deployment)
+  broken.spec.template.spec.securityContext.fsGroup = '65532'
+  const { Deployment } = await import('kubernetes-models/apps/v1')
+  t.throws(() => new Deployment(broken as object).validate(), 'fsGroup as a string is refused')
+})
+
+/** The pod's settings that decide who can read the Secret's files. */
+interface PodFacts { fsGroup: number | undefined, runAsUser: number, runAsGroup: number, defaultMode: number }
+
+function podFacts (): PodFacts {
+  if (haveHelm) {
+    const pod = render().find((o) => o.kind === 'Deployment')!.spec.template.spec
+    const sidecar = [...(pod.initContainers ?? []), ...pod.containers].find((c: { name: string }) => c.name === 'auth-sidecar')
+    const volume = pod.volumes.find((v: { name: string }) => v.name === 'auth-sidecar-credentials')
+    return { fsGroup: pod.securityContext?.fsGroup, runAsUser: sidecar.securityContext.runAsUser, runAsGroup: sidecar.securityContext.runAsGroup, defaultMode: volume.secret.defaultMode }
+  }
+  // Without Helm: the same facts from the values and the volume template.
+  const values = parse(readFileSync(`${chart}/values.yaml`, 'utf8')) as { podSecurityContext: { fsGroup?: number }, sidecar: { securityContext: { runAsUser: number, runAsGroup: number } } }
+  const mode = /defaultMode: (0\d+)/.exec(readFileSync(`${chart}/templates/_helpers.tpl`, 'utf8'))![1]!
+  return { fsGroup: values.podSecurityContext.fsGroup, runAsUser: values.sidecar.securityContext.runAsUser, runAsGroup: values.sidecar.securityContext.runAsGroup, defaultMode: parseInt(mode, 8) }
+}
+
+/**
+ * Mounts the credentials as the kubelet does (files owned by root; with an
+ * fsGroup, group-owned by it and group-readable) and runs `node dist/main.js
+ * check` as the container's user, with fsGroup as its supplementary group.
+ * Returns the check's first line.
+ */
+function readAsContainer (t: Test, facts: PodFacts): string {
+  const dir = t.testdir({})
+  chmodSync(dir, 0o755)
+  const secrets = join(dir, 'secrets')
+  mkdirSync(secrets, { mode: 0o755 })
+  for (const [name, value] of [['username', 'service-user'], ['password', 'pw'], ['client-secret', 'cs']]) {
+    const file = join(secrets, name)
+    writeFileSync(file, value)
+    chownSync(file, 0, facts.fsGroup ?? 0)
+    chmodSync(file, facts.fsGroup === undefined ? facts.defaultMode : facts.defaultMode | 0o440)
+  }
+  const result = spawnSync('setpriv', [
+    `--reuid=${facts.runAsUser}`, `--regid=${facts.runAsGroup}`,
+    ...(facts.fsGroup === undefined ? ['--clear-groups'] : [`--groups=${facts.fsGroup}`]),
+    process.execPath, main, 'check'
+  ], {
+    cwd: dir,
+    encoding: 'utf8',
+    env: {
+      PATH: process.env.PATH ?? '',
+      BASE_URL: 'http://127.0.0.1:9/api',
+      AUTH_TOKEN_URL: 'http://127.0.0.1:9/token',
+      AUTH_CLIENT_ID: 'legacy-app',
+      AUTH_USERNAME_FILE: join(secrets, 'username'),
+      AUTH_PASSWORD_FILE: join(secrets, 'password'),
+      AUTH_CLIENT_SECRET_FILE: join(secrets, 'client-secret'),
+      TOKEN_TIMEOUT_MS: '500'
+    }
+  })
+  return `${result.stdout}${result.stderr}`.split('\n')[0]!
+}
+
+const asRoot = process.getuid?.() === 0
+const setpriv = spawnSync('setpriv', ['--version']).status === 0
+
+t.test('the sidecar container can read its credential files as the chart mounts them (non-root, read-only)', {
+  skip: asRoot && setpriv ? false : 'needs root and setpriv to play the kubelet and the container user'
+}, async (t) => {
+  const facts = podFacts()
+  t.equal(facts.runAsUser, 65532)
+  t.not(facts.runAsUser, 0, 'not root')
+  const first = readAsContainer(t, facts)
+  t.match(first, /^ok {3}configuration:/, `the configuration (three credential files) is read: ${first}`)
+  t.notMatch(first, /EACCES/)
+
+  // the same mount without fsGroup is the crash loop this guards against
+  const without = readAsContainer(t, { ...facts, fsGroup: undefined })
+  t.match(without, /^FAIL configuration: AUTH_USERNAME_FILE cannot be read \(EACCES\)/, 'without fsGroup: EACCES, as reported')
+})
