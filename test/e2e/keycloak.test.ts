@@ -50,6 +50,8 @@ async function keycloakImage (): Promise<string | undefined> {
       client.image.pull(image),
       new Promise((_resolve, reject) => { timer = setTimeout(() => reject(new Error('timed out after 180 s')), 180_000) })
     ]).finally(() => clearTimeout(timer))
+    // testcontainers' pull can end without an error and without the image
+    if (!await client.image.exists(image)) throw new Error('the pull ended without the image')
     return undefined
   } catch (err) {
     return `the container engine cannot pull ${KEYCLOAK_IMAGE} (${(err as Error).message.split('\n')[0]!.slice(0, 200)}): no image registry reachable`
