@@ -7,10 +7,11 @@
 # development token server, no source maps (npm run test:image checks).
 ARG NODE_IMAGE=node:26-slim
 
-# The build runs on the builder's own platform: its output is JavaScript, the
-# same for every architecture, so a multi-arch image (the release workflow's
-# linux/amd64 and linux/arm64) needs no emulated npm ci.
-FROM --platform=$BUILDPLATFORM ${NODE_IMAGE} AS build
+# (No `FROM --platform=$BUILDPLATFORM` here, though the build's output is the
+# same JavaScript for every architecture: Docker's legacy builder leaves
+# BUILDPLATFORM empty and refuses the line. The release's arm64 build runs
+# npm ci under emulation instead, a few minutes once per release.)
+FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 COPY scripts ./scripts

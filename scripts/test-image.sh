@@ -84,7 +84,6 @@ trap cleanup EXIT
 image_exists () { $engine image inspect "$1" >/dev/null 2>&1; }
 
 make_stand_in () {
-  [ "$engine" = podman ] || fail "cannot pull $BASE_IMAGE and cannot make a stand-in without podman"
   command -v debootstrap >/dev/null || fail "cannot pull $BASE_IMAGE and debootstrap is not installed"
   local work arch mirror
   work=$(mktemp -d)
@@ -115,7 +114,7 @@ make_stand_in () {
     echo "cafile=/etc/ssl/certs/host-ca.pem" > "$work/rootfs/usr/local/etc/npmrc"
   fi
   rm -rf "$work/rootfs/var/cache/apt/archives"/*.deb "$work/rootfs/var/lib/apt/lists"/*
-  tar -C "$work/rootfs" -c . | podman import --change 'CMD ["node"]' - "docker.io/library/$BASE_IMAGE" >/dev/null
+  tar -C "$work/rootfs" -c . | $engine import --change 'CMD ["node"]' - "docker.io/library/$BASE_IMAGE" >/dev/null
   rm -rf "$work"
 }
 
@@ -144,7 +143,7 @@ pass "ships dist/main.js and package.json only: no demo, no development token se
 set +e
 out=$($engine run --rm --no-healthcheck --read-only "$IMAGE" 2>&1); code=$?
 set -e
-[ "$code" = 1 ] && echo "$out" | grep -q 'BASE_URL is required' || { echo "$out"; fail "a configuration error should exit 1 naming BASE_URL (got $code)"; }
+[ "$code" = 1 ] && grep -q 'BASE_URL is required' <<< "$out" || { echo "$out"; fail "a configuration error should exit 1 naming BASE_URL (got $code)"; }
 pass "configuration error: exit 1, $(echo "$out" | head -1 | cut -c1-100)..."
 uid=$($engine run --rm --no-healthcheck --entrypoint id "$IMAGE" -u)
 [ "$uid" = 65532 ] || fail "runs as uid $uid, not 65532"
@@ -185,7 +184,7 @@ if $engine exec "$PREFIX-sidecar" sh -c 'echo x > /tmp/x || echo x > /app/x' 2>/
 pass "read-only root filesystem, all capabilities dropped, and it runs"
 
 through=$(curl -sS "http://127.0.0.1:$PROXY/hello")
-echo "$through" | grep -q '"caller": "service-user"' || { echo "$through"; fail "the example API did not accept the proxied request"; }
+grep -q '"caller": "service-user"' <<< "$through" || { echo "$through"; fail "the example API did not accept the proxied request"; }
 direct=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$API/hello")
 [ "$direct" = 401 ] || fail "the API alone answered $direct, not 401"
 pass "through the sidecar the example API answers 200 for service-user; alone it answers 401"
@@ -204,14 +203,15 @@ fi
 pass "HEALTHCHECK: healthy"
 
 started=$(date +%s%N)
-$engine stop -t 15 "$PREFIX-sidecar" >/dev/null
+$engine stop -t 15 "$PREFIX-sidecar" >/dev/null 2>&1
 took_ms=$(( ($(date +%s%N) - started) / 1000000 ))
 exit_code=$($engine inspect "$PREFIX-sidecar" --format '{{.State.ExitCode}}')
 [ "$exit_code" = 0 ] || { $engine logs "$PREFIX-sidecar" | tail -5; fail "SIGTERM: exit $exit_code"; }
 [ "$took_ms" -lt 5000 ] || fail "SIGTERM: took $took_ms ms, beyond SHUTDOWN_GRACE_MS=5000"
-$engine logs "$PREFIX-sidecar" 2>&1 | grep -q '"event":"logout","outcome":"success"' || fail "the session was not ended on SIGTERM"
+logs=$($engine logs "$PREFIX-sidecar" 2>&1)   # whole, not piped into grep -q (pipefail and SIGPIPE)
+grep -q '"event":"logout","outcome":"success"' <<< "$logs" || { echo "$logs" | tail -5; fail "the session was not ended on SIGTERM"; }
 pass "SIGTERM: exit 0 in $took_ms ms (grace 5000 ms), session ended"
-$engine rm -f "$PREFIX-sidecar" "$PREFIX-api" >/dev/null
+$engine rm -f "$PREFIX-sidecar" "$PREFIX-api" >/dev/null 2>&1
 kill "$tokens_pid"; tokens_pid=
 
 # --- the compose walkthrough ------------------------------------------------------
@@ -234,7 +234,7 @@ for _ in $(seq 1 150); do
 done
 [ -n "$ready" ] || { $compose -f "$compose_file" -p "$PREFIX" logs 2>&1 | tail -40; fail "compose: the sidecar never became ready"; }
 through=$(curl -sS http://127.0.0.1:8080/hello)
-echo "$through" | grep -q '"caller": "service-user"' || { echo "$through"; fail "compose: curl through the sidecar"; }
+grep -q '"caller": "service-user"' <<< "$through" || { echo "$through"; fail "compose: curl through the sidecar"; }
 direct=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:3000/hello)
 [ "$direct" = 401 ] || fail "compose: the API alone answered $direct, not 401"
 pass "compose walkthrough (token server standing in for Keycloak): curl through the sidecar 200, the API alone 401"

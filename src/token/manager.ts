@@ -393,6 +393,7 @@ export class TokenManager implements AuthorizationSource {
       return { outcome: 'skipped', detail: 'session left open: no end-session endpoint is known (the token URL does not end in /token; set AUTH_ISSUER_URL)' }
     }
     if (timeoutMs <= 0) return { outcome: 'skipped', detail: 'session left open: no time left in the shutdown grace period' }
+    this.#secrets.add(request.authorization?.slice('Basic '.length))
     try {
       const res = await this.#bounded(timeoutMs, (signal) => this.#o.post(url, request.form, signal, request.authorization), 'logout')
       if (res.status >= 200 && res.status < 300) return { outcome: 'success', detail: `session ended: the ${endpoint} ${url} answered ${res.status}` }
@@ -443,6 +444,8 @@ export class TokenManager implements AuthorizationSource {
 
   /** One request to the token endpoint at `url`, its answer checked. */
   async #post (grant: GrantType, url: string, request: GrantRequest): Promise<TokenSet> {
+    // client_secret_basic: a server that echoes the header echoes the secret, Base64'd
+    this.#secrets.add(request.authorization?.slice('Basic '.length))
     this.#o.log.debug({ event: 'token', grant, tokenUrl: url }, 'token request')
     const res = await this.#bounded(this.#o.timeoutMs, (signal) => this.#o.post(url, request.form, signal, request.authorization), 'token')
     this.#o.log.debug({ event: 'token', grant, status: res.status }, 'token endpoint answered')

@@ -68,7 +68,18 @@ t.test('client_secret_basic: the client id and secret form-encoded and Base64\'d
   h.tokenServer.revoke(h.app.tokens.current()!.slice('Bearer '.length))
   t.equal((await get(`${h.proxyUrl}/_verify`)).status, 200)
   t.same(h.tokenServer.grants.map((g) => [g.grantType, g.clientAuth, g.status]), [['password', 'basic', 200], ['refresh_token', 'basic', 200]])
-  t.notMatch(h.log.lines.join('\n'), Buffer.from(`legacy-app:${encodeURIComponent(secret)}`).toString('base64').slice(0, 16), 'the header is never logged')
+})
+
+t.test('client_secret_basic: a token server echoing the Authorization header has it scrubbed from the log', async (t) => {
+  const secret = 'basic-secret-0f9e8d'
+  const header = Buffer.from(`legacy-app:${secret}`).toString('base64')
+  const h = await build(t, { AUTH_CLIENT_AUTH: 'client_secret_basic', AUTH_CLIENT_SECRET: secret }, { clients: { 'legacy-app': secret } }, {
+    faults: [{ status: 503, body: JSON.stringify({ error: 'temporarily_unavailable', error_description: `saw Authorization: Basic ${header}` }) }]
+  })
+  await until(() => h.app.tokens.ready())
+  t.match(h.log.lines.join('\n'), /saw Authorization: Basic \[redacted\]/, 'the failure was logged, scrubbed')
+  t.notMatch(h.log.lines.join('\n'), header)
+  t.notMatch(h.log.lines.join('\n'), secret)
 })
 
 t.test('AUTH_TOKEN_PARAMS: sent with every grant, decoded, repeated names kept', async (t) => {
