@@ -1,3 +1,4 @@
+import { METHODS } from 'node:http'
 import { Writable } from 'node:stream'
 import { buildApp, type App } from './app.js'
 import { ConfigError, loadConfig, type Config } from './config/load.js'
@@ -46,8 +47,10 @@ function parseArgs (args: string[]): CheckArgs | string {
       if (!value.startsWith('/')) return '--path must start with /'
       parsed.path = value
     } else {
-      if (!/^[A-Z]+$/i.test(value)) return '--method must be an HTTP method such as GET'
-      parsed.method = value.toUpperCase()
+      const method = value.toUpperCase()
+      // what the proxy forwards: Node's methods but TRACE and CONNECT
+      if (!METHODS.includes(method) || method === 'TRACE' || method === 'CONNECT') return '--method must be an HTTP method the proxy forwards, such as GET'
+      parsed.method = method
     }
   }
   return parsed

@@ -160,6 +160,8 @@ t.test('check: a configuration error is exit 1 with every problem; bad arguments
   t.notMatch(config.output, 'do-not-echo')
   t.equal((await check({}, ['--path', 'no-slash'])).code, CHECK_EXIT.usage)
   t.equal((await check({}, ['--frobnicate'])).code, CHECK_EXIT.usage)
+  t.equal((await check({}, ['--method', 'FROB'])).code, CHECK_EXIT.usage, 'a method the proxy has no route for')
+  t.equal((await check({}, ['--method', 'TRACE'])).code, CHECK_EXIT.usage, 'a method the proxy refuses')
   const help = await check({}, ['--help'])
   t.equal(help.code, 0)
   t.match(help.output, /Exit codes: 0 all passed/)
