@@ -1,5 +1,6 @@
 import { execFileSync, spawnSync } from 'node:child_process'
-import { chmodSync, chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { chmodSync, chownSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { parseAllDocuments, parse } from 'yaml'
@@ -87,8 +88,14 @@ function podFacts (): PodFacts {
  * Returns the check's first line.
  */
 function readAsContainer (t: Test, facts: PodFacts): string {
-  const dir = t.testdir({})
+  // In /tmp, with a copy of the bundle: the clone itself may sit under a
+  // directory the container's user cannot enter (/root, say).
+  const dir = mkdtempSync(join(tmpdir(), 'auth-sidecar-mount-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
   chmodSync(dir, 0o755)
+  mkdirSync(join(dir, 'dist'), { mode: 0o755 })
+  copyFileSync(main, join(dir, 'dist', 'main.js'))
+  copyFileSync(`${root}package.json`, join(dir, 'package.json'))
   const secrets = join(dir, 'secrets')
   mkdirSync(secrets, { mode: 0o755 })
   for (const [name, value] of [['username', 'service-user'], ['password', 'pw'], ['client-secret', 'cs']]) {
@@ -100,7 +107,7 @@ function readAsContainer (t: Test, facts: PodFacts): string {
   const result = spawnSync('setpriv', [
     `--reuid=${facts.runAsUser}`, `--regid=${facts.runAsGroup}`,
     ...(facts.fsGroup === undefined ? ['--clear-groups'] : [`--groups=${facts.fsGroup}`]),
-    process.execPath, main, 'check'
+    process.execPath, join(dir, 'dist', 'main.js'), 'check'
   ], {
     cwd: dir,
     encoding: 'utf8',
@@ -120,9 +127,13 @@ function readAsContainer (t: Test, facts: PodFacts): string {
 
 const asRoot = process.getuid?.() === 0
 const setpriv = spawnSync('setpriv', ['--version']).status === 0
+/** node itself must be reachable by the container's user (not under /root/.nvm, say) */
+const nodeRunsAs65532 = asRoot && setpriv && spawnSync('setpriv', ['--reuid=65532', '--regid=65532', '--clear-groups', process.execPath, '--version']).status === 0
 
 t.test('the sidecar container can read its credential files as the chart mounts them (non-root, read-only)', {
-  skip: asRoot && setpriv ? false : 'needs root and setpriv to play the kubelet and the container user'
+  skip: !asRoot || !setpriv
+    ? 'needs root and setpriv to play the kubelet and the container user'
+    : nodeRunsAs65532 ? false : `${process.execPath} cannot be run by uid 65532 here`
 }, async (t) => {
   const facts = podFacts()
   t.equal(facts.runAsUser, 65532)
