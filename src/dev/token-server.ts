@@ -184,10 +184,7 @@ export class TokenServer {
     if (req.method === 'GET' && req.url === `${this.#realmPath}/.well-known/openid-configuration`) {
       this.discoveries += 1
       const fault = this.faults.shift()
-      if (fault !== undefined && 'status' in fault) {
-        res.writeHead(fault.status, { 'content-type': fault.contentType ?? 'application/json', ...fault.headers })
-        return void res.end(fault.body)
-      }
+      if (fault !== undefined && 'status' in fault) return writeFault(res, fault)
       const base = this.issuer + '/protocol/openid-connect'
       return json(res, 200, {
         issuer: this.issuer,
@@ -203,10 +200,8 @@ export class TokenServer {
     const logoutPath = this.tokenPath.replace(/\/token$/, '/logout')
     const revokePath = this.tokenPath.replace(/\/token$/, '/revoke')
     if (req.method === 'POST' && (req.url === logoutPath || req.url === revokePath)) {
-      const chunks: Buffer[] = []
-      req.on('data', (c: Buffer) => chunks.push(c))
-      req.on('end', () => {
-        const form = Object.fromEntries(new URLSearchParams(Buffer.concat(chunks).toString()))
+      readForm(req, (params) => {
+        const form = Object.fromEntries(params)
         const endpoint = req.url === logoutPath ? 'logout' : 'revoke'
         const fault = this.faults.shift()
         if (fault !== undefined && 'hang' in fault) {
@@ -215,8 +210,7 @@ export class TokenServer {
         }
         if (fault !== undefined && 'status' in fault) {
           this.logouts.push({ endpoint, form, clientAuth: clientAuthOf(form, req.headers.authorization), status: fault.status })
-          res.writeHead(fault.status, { 'content-type': fault.contentType ?? 'application/json', ...fault.headers })
-          return void res.end(fault.body)
+          return writeFault(res, fault)
         }
         const { status, body } = endpoint === 'logout' ? this.#logout(form, req.headers.authorization) : this.#revoke(form, req.headers.authorization)
         this.logouts.push({ endpoint, form, clientAuth: clientAuthOf(form, req.headers.authorization), status })
@@ -234,10 +228,7 @@ export class TokenServer {
     this.#concurrent += 1
     this.maxConcurrent = Math.max(this.maxConcurrent, this.#concurrent)
     res.on('close', () => { this.#concurrent -= 1 })
-    const chunks: Buffer[] = []
-    req.on('data', (c: Buffer) => chunks.push(c))
-    req.on('end', () => {
-      const params = [...new URLSearchParams(Buffer.concat(chunks).toString())]
+    readForm(req, (params) => {
       const form = Object.fromEntries(params)
       const authorization = req.headers.authorization
       const fault = this.faults.shift()
@@ -268,8 +259,7 @@ export class TokenServer {
         return
       }
       record(fault.status)
-      res.writeHead(fault.status, { 'content-type': fault.contentType ?? 'application/json', ...fault.headers })
-      res.end(fault.body)
+      writeFault(res, fault)
     })
   }
 
@@ -418,6 +408,19 @@ function signingKey (): SigningKey {
     sharedKey = { privateKey, publicKey, jwk: publicKey.export({ format: 'jwk' }), kid: randomBytes(8).toString('hex') }
   }
   return sharedKey
+}
+
+/** A request's urlencoded form, in order, once it has all arrived. */
+function readForm (req: IncomingMessage, then: (params: Array<[string, string]>) => void): void {
+  const chunks: Buffer[] = []
+  req.on('data', (c: Buffer) => chunks.push(c))
+  req.on('end', () => then([...new URLSearchParams(Buffer.concat(chunks).toString())]))
+}
+
+/** A scripted answer in place of the real one. */
+function writeFault (res: ServerResponse, fault: { status: number, body: string, contentType?: string, headers?: Record<string, string> }): void {
+  res.writeHead(fault.status, { 'content-type': fault.contentType ?? 'application/json', ...fault.headers })
+  res.end(fault.body)
 }
 
 function clientAuthOf (form: Record<string, string>, authorization: string | undefined): 'post' | 'basic' | 'none' {

@@ -197,15 +197,7 @@ export function checkTokenResponse (res: TokenEndpointResponse): TokenSet {
 
 function errorFromResponse (res: TokenEndpointResponse): GrantError {
   const retryAfterMs = parseRetryAfter(res.retryAfter)
-  let oauthError: string | undefined
-  let description = ''
-  try {
-    const body = JSON.parse(res.body) as { error?: unknown, error_description?: unknown }
-    if (typeof body.error === 'string') oauthError = body.error
-    if (typeof body.error_description === 'string') description = body.error_description.slice(0, MAX_DESCRIPTION)
-  } catch {
-    // not JSON: an HTML error page from a gateway, say
-  }
+  const { error: oauthError, description } = oauthErrorOf(res)
 
   const what = oauthError === undefined
     ? `token endpoint answered ${res.status}`
@@ -233,6 +225,24 @@ function errorFromResponse (res: TokenEndpointResponse): GrantError {
         ? ': turn on "Service accounts roles" for this client in Keycloak (a configuration error)'
         : ''
   return new GrantError(what + hint, 'rejected', { status: res.status, ...(oauthError !== undefined && { oauthError }) })
+}
+
+/**
+ * The OAuth error of an answer (RFC 6749 §5.2), from the token, end-session
+ * or revocation endpoint: its `error` code, and its description cut to
+ * MAX_DESCRIPTION ('' when none). Nothing when the body is not JSON (an HTML
+ * error page from a gateway, say).
+ */
+export function oauthErrorOf (res: TokenEndpointResponse): { error?: string, description: string } {
+  try {
+    const body = JSON.parse(res.body) as { error?: unknown, error_description?: unknown }
+    return {
+      ...(typeof body.error === 'string' && { error: body.error }),
+      description: typeof body.error_description === 'string' ? body.error_description.slice(0, MAX_DESCRIPTION) : ''
+    }
+  } catch {
+    return { description: '' }
+  }
 }
 
 function isHtml (res: TokenEndpointResponse): boolean {

@@ -5,7 +5,7 @@ import { SecretScrubber } from '../secrets.js'
 import { MAX_TIMER_MS, systemClock, type Clock } from './clock.js'
 import { checkDiscovery, wellKnownUrl, type Endpoints } from './discovery.js'
 import {
-  checkTokenResponse, clientCredentialsGrant, endSessionRequest, GrantError, isCredentialRejection, passwordGrant,
+  checkTokenResponse, clientCredentialsGrant, endSessionRequest, GrantError, isCredentialRejection, oauthErrorOf, passwordGrant,
   refreshGrant, revocationRequest, type GetJson, type GrantInput, type GrantRequest, type GrantType, type PostForm,
   type PrimaryGrant, type TokenEndpointResponse, type TokenSet
 } from './grant.js'
@@ -365,11 +365,11 @@ export class TokenManager implements AuthorizationSource {
     const token = this.#token
     this.#refresh = undefined
     this.#token = undefined
-    const result = await this.#endSession(refresh?.token, token?.header.slice('Bearer '.length), timeoutMs)
-    this.#o.onLogout?.(result.outcome)
-    const level = result.outcome === 'success' || result.outcome === 'skipped' ? 'info' : 'warn'
-    this.#o.log[level]({ event: 'logout', outcome: result.outcome }, this.#secrets.scrub(result.detail))
-    return { outcome: result.outcome, detail: this.#secrets.scrub(result.detail) }
+    const { outcome, detail } = await this.#endSession(refresh?.token, token?.header.slice('Bearer '.length), timeoutMs)
+    const said = this.#secrets.scrub(detail)
+    this.#o.onLogout?.(outcome)
+    this.#o.log[outcome === 'success' || outcome === 'skipped' ? 'info' : 'warn']({ event: 'logout', outcome }, said)
+    return { outcome, detail: said }
   }
 
   async #endSession (refreshToken: string | undefined, accessToken: string | undefined, timeoutMs: number): Promise<LogoutResult> {
@@ -397,7 +397,9 @@ export class TokenManager implements AuthorizationSource {
     try {
       const res = await this.#bounded(timeoutMs, (signal) => this.#o.post(url, request.form, signal, request.authorization), 'logout')
       if (res.status >= 200 && res.status < 300) return { outcome: 'success', detail: `session ended: the ${endpoint} ${url} answered ${res.status}` }
-      const { error, description } = oauthErrorOf(res)
+      const answer = oauthErrorOf(res)
+      const error = answer.error?.slice(0, 100)
+      const description = answer.description
       const what = `the ${endpoint} ${url} answered ${res.status}${error === undefined ? '' : ` ${error}${description === '' ? '' : ` (${description})`}`}`
       return res.status >= 400 && res.status < 500 && error !== undefined
         ? { outcome: 'rejected', detail: `session not ended: ${what}` }
@@ -593,18 +595,6 @@ export function keycloakLogoutUrl (tokenUrl: string | undefined): string | undef
   if (!url.pathname.endsWith('/token')) return undefined
   url.pathname = `${url.pathname.slice(0, -'token'.length)}logout`
   return url.href
-}
-
-function oauthErrorOf (res: TokenEndpointResponse): { error?: string, description: string } {
-  try {
-    const body = JSON.parse(res.body) as { error?: unknown, error_description?: unknown }
-    return {
-      ...(typeof body.error === 'string' && { error: body.error.slice(0, 100) }),
-      description: typeof body.error_description === 'string' ? body.error_description.slice(0, 200) : ''
-    }
-  } catch {
-    return { description: '' }
-  }
 }
 
 function describeNetworkError (err: unknown): string {
