@@ -97,12 +97,14 @@ t.test('check: rejected credentials fail the grant step (exit 4), once, saying w
   t.notMatch(output, 'wrong-password')
 })
 
-t.test('check: a token server echoing the form has it scrubbed from the output', async (t) => {
-  const s = await servers(t, {}, [{ status: 400, body: JSON.stringify({ error: 'invalid_request', error_description: `got password=${PASSWORD}&client_secret=${SECRET}` }) }])
-  const { code, output } = await check(s.env)
+t.test('check: a token server echoing the form has it scrubbed from the output, its control characters neutralised', async (t) => {
+  const s = await servers(t, {}, [{ status: 400, body: JSON.stringify({ error: 'invalid_request', error_description: `got password=${PASSWORD}&client_secret=${SECRET}\u001b[2J\r\nok   grant: forged` }) }])
+  const { code, output, lines } = await check(s.env)
   t.equal(code, CHECK_EXIT.grant)
   noSecrets(t, output)
   t.match(output, /got password=\[redacted\]/)
+  t.notMatch(output, /\u001b|\r/, 'no terminal control from what the server said')
+  t.equal(lines.length, 2, 'and no forged line')
 })
 
 t.test('check: a wrong token URL, an unreachable auth server, an untrusted certificate: each named', async (t) => {
