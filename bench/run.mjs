@@ -12,7 +12,10 @@
 //
 // Settings (environment): BENCH_ROUNDS (8), BENCH_SECONDS per slice (3),
 // BENCH_PROCS (3 processes per Node proxy), BENCH_PREVIOUS (the main.js of
-// an earlier build, measured as a fourth variant "previous"),
+// an earlier build, measured as a fourth variant "previous";
+// BENCH_PREVIOUS_NODE_FLAGS and BENCH_PREVIOUS_GLIBC_TUNABLES start it with
+// options, none by default: with BENCH_PREVIOUS=$PWD/dist/main.js, two sets
+// of start-up options compared in the same rounds),
 // BENCH_CONNECTIONS (32), BENCH_STREAM_MB (1024), BENCH_STREAM_REPS
 // (3), BENCH_TOKEN_SECONDS
 // (access token lifetime during the run, 10), BENCH_GRANT_SECONDS (20, for
@@ -52,6 +55,8 @@ const ONLY = new Set((process.env.BENCH_ONLY ?? 'load,stream,grants,startup').sp
 // BENCH_GLIBC_TUNABLES replace those options ('' for none).
 const NODE_FLAGS = (process.env.BENCH_NODE_FLAGS ?? IMAGE_NODE_FLAGS).split(' ').filter(Boolean)
 const GLIBC_TUNABLES = process.env.BENCH_GLIBC_TUNABLES ?? IMAGE_GLIBC_TUNABLES
+const PREVIOUS_NODE_FLAGS = (process.env.BENCH_PREVIOUS_NODE_FLAGS ?? '').split(' ').filter(Boolean)
+const PREVIOUS_GLIBC_TUNABLES = process.env.BENCH_PREVIOUS_GLIBC_TUNABLES ?? ''
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim())
 
 const which = (cmd) => { try { return execFileSync('which', [cmd], { encoding: 'utf8' }).trim() } catch { return undefined } }
@@ -123,14 +128,16 @@ function tokenServerGrants (tokenServer) {
 
 async function startSidecar (upstreamPort, tokenServer, core = 1, main = 'dist/main.js') {
   const [proxyPort, adminPort] = [await freePort(), await freePort()]
-  // an earlier build runs as it was run then, without today's start-up options
+  // an earlier build runs as it was run then, without today's start-up
+  // options unless BENCH_PREVIOUS_* give some
   const asImage = main === 'dist/main.js'
-  const [c, a] = onCore(core, process.execPath, [...(asImage ? NODE_FLAGS : []), main])
+  const tunables = asImage ? GLIBC_TUNABLES : PREVIOUS_GLIBC_TUNABLES
+  const [c, a] = onCore(core, process.execPath, [...(asImage ? NODE_FLAGS : PREVIOUS_NODE_FLAGS), main])
   const child = spawn(c, a, {
     cwd: root,
     env: {
       PATH: process.env.PATH,
-      ...(asImage && GLIBC_TUNABLES !== '' && { GLIBC_TUNABLES }),
+      ...(tunables !== '' && { GLIBC_TUNABLES: tunables }),
       BASE_URL: `http://127.0.0.1:${upstreamPort}`,
       AUTH_URL: tokenServer.info.url,
       AUTH_CLIENT_ID: 'legacy-app',

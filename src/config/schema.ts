@@ -76,7 +76,7 @@ export const properties = {
   ADMIN_PORT: port('admin port', DEFAULT_ADMIN_PORT),
   LOG_LEVEL: text('pino log level; debug adds each token request and answer, retry decisions and upstream connection events', { enum: LOG_LEVELS, default: DEFAULT_LOG_LEVEL }),
   ACCESS_LOG: { type: 'boolean', description: 'one log line per proxied request; false keeps only token and error events', default: DEFAULT_ACCESS_LOG },
-  UPSTREAM_TIMEOUT_MS: millis('longest wait for the upstream\'s response headers, then 504', DEFAULT_UPSTREAM_TIMEOUT_MS),
+  UPSTREAM_TIMEOUT_MS: millis('longest wait for the upstream\'s response headers, a wait for a free connection included, then 504', DEFAULT_UPSTREAM_TIMEOUT_MS),
   UPSTREAM_IDLE_TIMEOUT_MS: millis('longest silence inside a response body before it is cut; 0 for never', DEFAULT_UPSTREAM_IDLE_TIMEOUT_MS, 0),
   UPSTREAM_CONNECTIONS: { type: 'integer', description: 'most connections kept open to the upstream', default: DEFAULT_UPSTREAM_CONNECTIONS, minimum: 1, maximum: 65535 },
   UPSTREAM_KEEPALIVE_MS: millis('how long an idle pooled upstream connection is kept; keep it below the upstream\'s own keep-alive timeout', DEFAULT_UPSTREAM_KEEPALIVE_MS),

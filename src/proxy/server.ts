@@ -9,6 +9,7 @@ import type { UpstreamErrorReason } from '../admin/metrics.js'
 import type { Config } from '../config/load.js'
 import type { AuthorizationSource } from '../token/manager.js'
 import { isConfined, pathOf } from './confine.js'
+import { PipelineGate } from './pipeline.js'
 import { hasAmbiguousHeaders, REQUEST_ID, relayedResponseHeaders, upstreamRequestHeaders, type HeaderValues } from './headers.js'
 import { WebSocketProxy } from './websocket.js'
 
@@ -77,6 +78,8 @@ declare module 'fastify' {
     sidecarStarted: number
     /** counted among the requests in progress */
     sidecarCounted: boolean
+    /** counted among its connection's unanswered requests */
+    sidecarOnLine: boolean
   }
 }
 
@@ -120,6 +123,7 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
   app.decorateRequest('sidecarReplayed', false)
   app.decorateRequest('sidecarStarted', 0)
   app.decorateRequest('sidecarCounted', false)
+  app.decorateRequest('sidecarOnLine', false)
 
   // Before the plugin sees anything: its own checks let `//host/x` and
   // double-encoded dot segments through and normalise `/a/./b` (PITFALLS).
@@ -131,14 +135,30 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
   // beyond the cap the sidecar answers 503 at once rather than queue without
   // bound (SPEC §10.4; Envoy's circuit breakers default to 1,024).
   let inProgress = 0
+  // A connection's pipelined requests are read as they are answered (SPEC
+  // §10.4, src/proxy/pipeline.ts); held requests are not yet in progress, so
+  // one flooding connection cannot take every slot.
+  const pipeline = new PipelineGate()
   const release = (request: FastifyRequest): void => {
     if (request.sidecarCounted) {
       request.sidecarCounted = false
       inProgress--
     }
+    if (request.sidecarOnLine) {
+      request.sidecarOnLine = false
+      pipeline.leave(request.raw.socket)
+    }
   }
-  app.addHook('onRequest', function confineAndAuthorize (request, reply, done) {
+  app.addHook('onRequest', function onArrival (request, reply, done) {
     request.sidecarStarted = performance.now()
+    request.sidecarOnLine = true
+    const socket = request.raw.socket
+    if (pipeline.enter(socket)) return confineAndAuthorize(request, reply, done)
+    pipeline.hold(socket, () => {
+      if (request.sidecarOnLine) confineAndAuthorize(request, reply, done)
+    })
+  })
+  function confineAndAuthorize (request: FastifyRequest, reply: FastifyReply, done: () => void): void {
     const raw = request.raw
     if (inProgress >= o.maxRequests) return sendError(reply, 'overloaded', undefined, '1')
     inProgress++
@@ -155,7 +175,7 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
       request.sidecarAuthorization = h
       done()
     }, (err: unknown) => tokenUnavailable(reply, err))
-  })
+  }
 
   app.addHook('onResponse', function accessLog (request, reply, done) {
     release(request)

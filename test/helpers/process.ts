@@ -42,10 +42,25 @@ export interface Running {
   exited: Promise<number | null>
 }
 
-/** Runs the built product (`node dist/main.js [args]`) with exactly `env` (and PATH). */
-export function start (env: Record<string, string>, cwd = root, args: string[] = []): Running {
+/** How the built product is started. */
+export interface Launch {
+  /** options for node itself, before dist/main.js */
+  nodeArgs?: string[]
+  /**
+   * Without the hooks tap puts into every node child process (its
+   * NODE_OPTIONS loads @tapjs/processinfo, whose loader thread alone adds
+   * some 80 MB of RSS): for measuring the product's memory as it runs.
+   */
+  untracked?: boolean
+}
+
+/** Runs the built product (`node [nodeArgs] dist/main.js [args]`) with exactly `env` (and PATH). */
+export function start (env: Record<string, string>, cwd = root, args: string[] = [], launch: Launch = {}): Running {
   if (!existsSync(main)) throw new Error('dist/main.js is missing: run `npm run build` first (npm test does)')
-  const child = spawn(process.execPath, [main, ...args], {
+  const command = [process.execPath, ...(launch.nodeArgs ?? []), main, ...args]
+  // env(1) execs node in its own place: the child's pid is node's
+  if (launch.untracked === true) command.unshift('env', '-u', 'NODE_OPTIONS')
+  const child = spawn(command[0]!, command.slice(1), {
     cwd,
     env: { PATH: process.env.PATH ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe']
@@ -94,7 +109,7 @@ export interface SpawnedSidecar {
  * server at `authUrl` as client legacy-app and user service-user; killed in
  * teardown. `env` adds or overrides variables.
  */
-export async function spawnSidecar (t: Test, baseUrl: string, authUrl: string, password: string, env: Record<string, string> = {}): Promise<SpawnedSidecar> {
+export async function spawnSidecar (t: Test, baseUrl: string, authUrl: string, password: string, env: Record<string, string> = {}, launch: Launch = {}): Promise<SpawnedSidecar> {
   const [proxyPort, adminPort] = [await freePort(), await freePort()]
   const run = start({
     BASE_URL: baseUrl,
@@ -106,7 +121,7 @@ export async function spawnSidecar (t: Test, baseUrl: string, authUrl: string, p
     ADMIN_PORT: String(adminPort),
     ADMIN_HOST: '127.0.0.1',
     ...env
-  })
+  }, root, [], launch)
   t.teardown(() => { run.child.kill('SIGKILL') })
   return { run, proxyUrl: `http://127.0.0.1:${proxyPort}`, adminUrl: `http://127.0.0.1:${adminPort}` }
 }
@@ -122,7 +137,7 @@ export async function untilToken (run: Running, ms = 15_000): Promise<void> {
  * The built product as a child process, in front of a FakeUpstream and a
  * TokenServer in this process; ready (a token held) when this resolves.
  */
-export async function startSidecar (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}, waitReady = true): Promise<RunningSidecar> {
+export async function startSidecar (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}, waitReady = true, launch: Launch = {}): Promise<RunningSidecar> {
   const tokenServer = new TokenServer({ users: { 'service-user': E2E_PASSWORD }, ...tokenOptions })
   await tokenServer.listen()
   const upstream = new FakeUpstream(tokenServer)
@@ -131,7 +146,7 @@ export async function startSidecar (t: Test, env: Record<string, string> = {}, t
     await upstream.close()
     await tokenServer.close()
   })
-  const { run, proxyUrl, adminUrl } = await spawnSidecar(t, `${upstream.url}/api`, tokenServer.url, E2E_PASSWORD, env)
+  const { run, proxyUrl, adminUrl } = await spawnSidecar(t, `${upstream.url}/api`, tokenServer.url, E2E_PASSWORD, env, launch)
   await until(() => run.stdout.some((l) => l.includes('auth-sidecar listening')), 15_000)
   if (waitReady) {
     await untilToken(run)

@@ -37,6 +37,9 @@ export interface Received {
 export class FakeUpstream {
   readonly server: Server
   readonly received: Received[] = []
+  /** requests being answered now, and the most at once so far */
+  inFlight = 0
+  maxInFlight = 0
   /** Authorization headers answered 401 whatever the path */
   readonly rejectTokens = new Set<string>()
 
@@ -61,6 +64,8 @@ export class FakeUpstream {
         ...(!verdict.ok && { tokenReason: verdict.reason })
       }
       this.received.push(record)
+      this.maxInFlight = Math.max(this.maxInFlight, ++this.inFlight)
+      res.on('close', () => { this.inFlight-- })
 
       if (path.includes('/_echo')) {
         res.writeHead(200, { 'content-type': 'application/octet-stream' })

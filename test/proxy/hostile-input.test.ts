@@ -1,6 +1,7 @@
 import { connect } from 'node:net'
 import t from 'tap'
 import { isConfined } from '../../src/proxy/confine.js'
+import { PIPELINE_DEPTH } from '../../src/proxy/pipeline.js'
 import { build, rawRequest, send, statusOf, until } from '../helpers/build.js'
 
 // SPEC §10.6: what legacy servers read as something else is refused before anything is forwarded.
@@ -128,4 +129,51 @@ t.test('400 requests at once to an upstream that never answers, 128 connections:
   const last = Math.max(...replies.map((r) => r.ms))
   t.ok(last < 2_500, `the last answered after ${last} ms`)
   t.ok(h.upstream.received.length <= 128, `${h.upstream.received.length} reached the upstream: only those given a connection`)
+})
+
+/** Sends `requests` on one connection at once and reads until the server closes it (the last one says Connection: close). */
+async function pipelined (port: number, requests: string[]): Promise<string> {
+  return await new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1')
+    const chunks: Buffer[] = []
+    socket.on('data', (c: Buffer) => chunks.push(c))
+    socket.on('end', () => resolve(Buffer.concat(chunks).toString('latin1')))
+    socket.on('error', reject)
+    socket.write(requests.join(''))
+  })
+}
+
+t.test('pipelined requests are read as they are answered: at most PIPELINE_DEPTH of one connection at the upstream, every one answered in order', async (t) => {
+  const h = await build(t)
+  await until(() => h.app.tokens.ready())
+  const count = 60
+  const requests = Array.from({ length: count }, (_, i) =>
+    `GET /_slow/${i % 3 === 0 ? 30 : 5}?n=${i} HTTP/1.1\r\nHost: x\r\nX-Request-Id: pipelined-${i}\r\n${i === count - 1 ? 'Connection: close\r\n' : ''}\r\n`)
+  const raw = await pipelined(h.proxyPort, requests)
+  const ids = [...raw.matchAll(/x-request-id: (pipelined-\d+)/gi)].map((m) => m[1])
+  t.same(ids, requests.map((_, i) => `pipelined-${i}`), 'all answered, in order')
+  t.same(new Set([...raw.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => m[1])), new Set(['200']))
+  t.equal(h.upstream.received.length, count)
+  t.ok(h.upstream.maxInFlight <= PIPELINE_DEPTH, `at most ${h.upstream.maxInFlight} at the upstream at once`)
+  t.ok(h.upstream.maxInFlight > 1, 'but more than one: the connection is not served one by one')
+})
+
+t.test('pipelined requests the sidecar refuses itself count as answered: the connection goes on', async (t) => {
+  const h = await build(t)
+  await until(() => h.app.tokens.ready())
+  const kinds = [
+    (i: number) => `GET /_slow/5?n=${i} HTTP/1.1\r\nHost: x\r\n`,
+    () => 'GET /a/../../b HTTP/1.1\r\nHost: x\r\n',
+    () => 'TRACE /t HTTP/1.1\r\nHost: x\r\n',
+    () => 'GET /%zz HTTP/1.1\r\nHost: x\r\n',
+    () => 'GET /x HTTP/1.1\r\nHost: x\r\nX-Original-URL: /admin\r\nConnection: content-length\r\n'
+  ]
+  const count = 51 // the last one plain, with Connection: close
+  const requests = Array.from({ length: count }, (_, i) => `${kinds[i % kinds.length]!(i)}X-Request-Id: mixed-${i}\r\n${i === count - 1 ? 'Connection: close\r\n' : ''}\r\n`)
+  const raw = await pipelined(h.proxyPort, requests)
+  const statuses = [...raw.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]))
+  t.equal(statuses.length, count, 'every request answered')
+  t.same(statuses.slice(0, kinds.length), [200, 400, 405, 400, 400])
+  t.equal(h.upstream.received.length, Math.ceil(count / kinds.length), 'only the acceptable ones forwarded')
+  t.equal((await send(`${h.proxyUrl}/after`)).status, 200)
 })
