@@ -68,13 +68,12 @@ export class PipelineGate {
   hold (socket: Socket, admit: () => void): void {
     const line = (socket as Tagged)[kLine]!
     line.held.push(admit)
-    if (!line.paused) {
-      line.paused = true
-      const handle = (socket as Tagged)._handle
-      if (handle?.reading === true && typeof handle.readStop === 'function') {
-        handle.reading = false
-        handle.readStop()
-      }
+    line.paused = true
+    // every time: Node may have started reading again since (its own resume)
+    const handle = (socket as Tagged)._handle
+    if (handle?.reading === true && typeof handle.readStop === 'function') {
+      handle.reading = false
+      handle.readStop()
     }
   }
 
