@@ -12,10 +12,10 @@ type Controller = Parameters<NonNullable<Handler['onRequestStart']>>[0]
  * count: 400 requests to an upstream that never answers, 128 connections, a
  * 2 s timeout, and the last ones were answered after 10 s.
  *
- * Why only while the pool is busy: a deadline on every request (an undici
- * interceptor, `pool.compose(...)`) cost 12% of a request's CPU in paired
- * runs, most of it the composed dispatcher (a Proxy over the pool, every
- * handler wrapped twice), not the timer. A request can only queue when the
+ * Why only while the pool is busy: a deadline on every request (this
+ * interceptor through `pool.compose(...)`, which answers with a Proxy over
+ * the pool and wraps every handler) cost 12% of a request's CPU in paired
+ * runs (docs/performance.md). A request can only queue when the
  * pool said it had no free connection: `dispatch` returns false from then
  * until the pool emits 'drain' (undici's own back-pressure signal, public
  * API). Requests dispatched in that window get the deadline; the others go

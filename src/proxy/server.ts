@@ -155,7 +155,7 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
     const socket = request.raw.socket
     if (pipeline.enter(socket)) return confineAndAuthorize(request, reply, done)
     pipeline.hold(socket, () => {
-      if (request.sidecarOnLine) confineAndAuthorize(request, reply, done)
+      if (request.sidecarOnLine && !request.raw.destroyed) confineAndAuthorize(request, reply, done)
     })
   })
   function confineAndAuthorize (request: FastifyRequest, reply: FastifyReply, done: () => void): void {

@@ -92,3 +92,14 @@ t.test('a socket without a handle (an injected request) is only held', async (t)
   t.same(admitted, [1])
   gate.leave(socket)
 })
+
+t.test('the client gone, nothing held goes on', async (t) => {
+  const gate = new PipelineGate(1)
+  const socket = new FakeSocket()
+  const admitted: number[] = []
+  for (let i = 0; i < 5; i++) arrive(gate, socket, admitted, i)
+  socket.destroyed = true
+  for (let i = 0; i < 5; i++) gate.leave(socket as unknown as Socket)
+  t.same(admitted, [0])
+  t.same(socket.calls, ['readStop'])
+})
