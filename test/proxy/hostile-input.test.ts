@@ -177,3 +177,17 @@ t.test('pipelined requests the sidecar refuses itself count as answered: the con
   t.equal(h.upstream.received.length, Math.ceil(count / kinds.length), 'only the acceptable ones forwarded')
   t.equal((await send(`${h.proxyUrl}/after`)).status, 200)
 })
+
+t.test('pipelined requests with bodies beyond the depth keep their bodies, in order', async (t) => {
+  const h = await build(t)
+  await until(() => h.app.tokens.ready())
+  const count = PIPELINE_DEPTH + 6
+  const requests = Array.from({ length: count }, (_, i) => {
+    const body = `body-${i}-${'x'.repeat(i * 100)}`
+    return `POST /_echo?n=${i} HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: ${body.length}\r\n${i === count - 1 ? 'Connection: close\r\n' : ''}\r\n${body}`
+  })
+  const raw = await pipelined(h.proxyPort, requests)
+  t.same([...raw.matchAll(/body-(\d+)-/g)].map((m) => Number(m[1])), Array.from({ length: count }, (_, i) => i))
+  t.same([...raw.matchAll(/body-\d+-(x*)/g)].map((m) => m[1]!.length), Array.from({ length: count }, (_, i) => i * 100), 'each body whole')
+  t.equal(h.upstream.received.length, count)
+})
