@@ -74,20 +74,16 @@ class DeadlineHandler implements Handler {
   readonly #handler: Handler
   readonly #timer: NodeJS.Timeout
   #controller: Controller | undefined
-  /** the time ran out */
-  #expired = false
-  /** the timeout was reported to the caller while the request was still queued */
+  /** the time ran out while the request was still queued, and the caller was told */
   #reported = false
-  #answered = false
 
   constructor (handler: Handler, ms: number) {
     this.#handler = handler
     this.#timer = setTimeout(() => this.#expire(), ms)
   }
 
+  /** Runs only before the response starts: its start clears the timer. */
   #expire (): void {
-    if (this.#answered) return
-    this.#expired = true
     const err = new errors.HeadersTimeoutError()
     if (this.#controller !== undefined) {
       this.#controller.abort(err)
@@ -100,7 +96,7 @@ class DeadlineHandler implements Handler {
 
   onRequestStart (controller: Controller, context: unknown): void {
     this.#controller = controller
-    if (this.#expired) {
+    if (this.#reported) {
       controller.abort(new errors.HeadersTimeoutError())
       return
     }
@@ -108,13 +104,11 @@ class DeadlineHandler implements Handler {
   }
 
   onRequestUpgrade (controller: Controller, statusCode: number, headers: Record<string, string | string[]>, socket: import('node:stream').Duplex): void {
-    this.#answered = true
     clearTimeout(this.#timer)
     this.#handler.onRequestUpgrade?.(controller, statusCode, headers, socket)
   }
 
   onResponseStart (controller: Controller, statusCode: number, headers: Record<string, string | string[]>, statusMessage?: string): void {
-    this.#answered = true
     clearTimeout(this.#timer)
     this.#handler.onResponseStart?.(controller, statusCode, headers, statusMessage)
   }
@@ -124,7 +118,6 @@ class DeadlineHandler implements Handler {
   }
 
   onResponseEnd (controller: Controller, trailers: Record<string, string | string[]>): void {
-    clearTimeout(this.#timer)
     this.#handler.onResponseEnd?.(controller, trailers)
   }
 
