@@ -3,8 +3,8 @@ import { connect, type Socket } from 'node:net'
 import t, { type Test } from 'tap'
 import { TokenServer } from '../../src/dev/token-server.js'
 import { PIPELINE_DEPTH } from '../../src/proxy/pipeline.js'
-import { send, until } from '../helpers/build.js'
-import { E2E_PASSWORD, memoryOf, root, spawnSidecar, startSidecar, untilToken, type Launch, type SpawnedSidecar } from '../helpers/process.js'
+import { send } from '../helpers/build.js'
+import { E2E_PASSWORD, memoryOf, root, spawnSidecar, startSidecar, untilListening, type Launch, type SpawnedSidecar } from '../helpers/process.js'
 
 /** Requests in the flood; the issue's row sent 20,000 (FLOOD_REQUESTS=100000 for the larger run). */
 const FLOOD_REQUESTS = Number(process.env.FLOOD_REQUESTS ?? 20_000)
@@ -29,8 +29,7 @@ async function beforeFastUpstream (t: Test, env: Record<string, string>, launch:
   await tokenServer.listen()
   t.teardown(async () => { await tokenServer.close() })
   const s = await spawnSidecar(t, `http://127.0.0.1:${port}`, tokenServer.url, E2E_PASSWORD, { ACCESS_LOG: 'false', ...env }, launch)
-  await until(() => s.run.stdout.some((l) => l.includes('auth-sidecar listening')), 15_000)
-  await untilToken(s.run)
+  await untilListening(s)
   return s
 }
 

@@ -146,11 +146,16 @@ export async function startSidecar (t: Test, env: Record<string, string> = {}, t
     await upstream.close()
     await tokenServer.close()
   })
-  const { run, proxyUrl, adminUrl } = await spawnSidecar(t, `${upstream.url}/api`, tokenServer.url, E2E_PASSWORD, env, launch)
-  await until(() => run.stdout.some((l) => l.includes('auth-sidecar listening')), 15_000)
-  if (waitReady) {
-    await untilToken(run)
-    if ((await send(`${adminUrl}/readyz`)).status !== 200) throw new Error('sidecar not ready')
+  const sidecar = await spawnSidecar(t, `${upstream.url}/api`, tokenServer.url, E2E_PASSWORD, env, launch)
+  await untilListening(sidecar, waitReady)
+  return { ...sidecar, tokenServer, upstream }
+}
+
+/** Waits for a spawned sidecar to listen and, with `ready`, to hold a token and answer /readyz 200. */
+export async function untilListening (s: SpawnedSidecar, ready = true): Promise<void> {
+  await until(() => s.run.stdout.some((l) => l.includes('auth-sidecar listening')), 15_000)
+  if (ready) {
+    await untilToken(s.run)
+    if ((await send(`${s.adminUrl}/readyz`)).status !== 200) throw new Error('sidecar not ready')
   }
-  return { run, proxyUrl, adminUrl, tokenServer, upstream }
 }
