@@ -1,3 +1,5 @@
+// first: it sets a global aside while the other modules load (src/fetch-global.ts)
+import { restoreFetchGlobal } from './fetch-global.js'
 import closeWithGrace from 'close-with-grace'
 import { buildApp, ListenError } from './app.js'
 import { ConfigError, loadConfig, type Config } from './config/load.js'
@@ -5,6 +7,8 @@ import { createLogger } from './logger.js'
 import { runCheck } from './check.js'
 import { usage } from './usage.js'
 import { VERSION } from './version.js'
+
+restoreFetchGlobal()
 
 const args = process.argv.slice(2)
 if (args[0] === 'check') {

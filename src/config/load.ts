@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { parseEnv } from 'node:util'
+import { Ajv } from 'ajv'
 import envSchema from 'env-schema'
 import { RESERVED_PARAMS, type ClientAuth, type PrimaryGrant } from '../token/grant.js'
 import { envJsonSchema, properties, type VariableName } from './schema.js'
@@ -98,6 +99,30 @@ const PREFIXES = [...new Set(Object.keys(properties).map((name) => name.slice(0,
  */
 const SERVICE_LINK = /_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT|PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)$/
 
+let validator: Ajv | undefined
+
+/**
+ * The Ajv instance env-schema validates with: its own default options, but
+ * the schema is not checked against JSON Schema's meta-schema each time the
+ * process starts (that check compiled the meta-schema's validator: 11 ms of
+ * start-up). The schema is a constant; test/config/load.test.ts checks it
+ * against the meta-schema instead. Nor is the generated code optimised: it
+ * runs once or twice.
+ */
+function schemaValidator (): Ajv {
+  validator ??= new Ajv({
+    allErrors: true,
+    removeAdditional: true,
+    useDefaults: true,
+    coerceTypes: true,
+    allowUnionTypes: true,
+    addUsedSchema: false,
+    validateSchema: false,
+    code: { optimize: false }
+  })
+  return validator
+}
+
 /** Variables the sidecar reads besides its schema (any case for the egress proxy ones). */
 const EGRESS = ['HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY']
 
@@ -133,7 +158,8 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
     schema: envJsonSchema,
     data: [data, overrides],
     env: false,
-    dotenv: false
+    dotenv: false,
+    ajv: schemaValidator()
   }) as Raw
   let raw: Raw
   try {
