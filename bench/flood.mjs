@@ -10,12 +10,12 @@ import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { fileURLToPath } from 'node:url'
-import { IMAGE_GLIBC_TUNABLES, IMAGE_NODE_FLAGS } from './image-options.mjs'
+import { IMAGE_GLIBC_TUNABLES, nodeFlagsFor } from './image-options.mjs'
 
 const root = fileURLToPath(new URL('..', import.meta.url))
 const main = process.argv[2] ?? 'dist/main.js'
 const REQUESTS = Number(process.env.FLOOD_REQUESTS ?? 20_000)
-const NODE_FLAGS = (process.env.FLOOD_NODE_FLAGS ?? IMAGE_NODE_FLAGS).split(' ').filter(Boolean)
+const NODE_FLAGS = (process.env.FLOOD_NODE_FLAGS ?? nodeFlagsFor()).split(' ').filter(Boolean)
 const GLIBC_TUNABLES = process.env.FLOOD_GLIBC_TUNABLES ?? IMAGE_GLIBC_TUNABLES
 const BARE = process.env.FLOOD_BARE === '1'
 const [PROXY_PORT, ADMIN_PORT] = [24000, 24001]

@@ -33,7 +33,7 @@ import { availableParallelism, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import autocannon from 'autocannon'
-import { IMAGE_GLIBC_TUNABLES, IMAGE_NODE_FLAGS } from './image-options.mjs'
+import { IMAGE_GLIBC_TUNABLES, nodeFlagsFor } from './image-options.mjs'
 
 const root = fileURLToPath(new URL('..', import.meta.url))
 const env = (name, fallback) => Number(process.env[name] ?? fallback)
@@ -51,9 +51,11 @@ const STARTS = env('BENCH_STARTS', 5)
 const SETTLE_SECONDS = env('BENCH_SETTLE_SECONDS', 15)
 /** BENCH_ONLY=startup (or load, stream, grants, comma-separated) runs only those parts. */
 const ONLY = new Set((process.env.BENCH_ONLY ?? 'load,stream,grants,startup').split(','))
-// The sidecar runs as the image starts it; BENCH_NODE_FLAGS and
+// The sidecar runs as the image starts it, with the options for the Node
+// running the bench (image-options.mjs: on Node 20, without
+// --max-semi-space-size); BENCH_NODE_FLAGS and
 // BENCH_GLIBC_TUNABLES replace those options ('' for none).
-const NODE_FLAGS = (process.env.BENCH_NODE_FLAGS ?? IMAGE_NODE_FLAGS).split(' ').filter(Boolean)
+const NODE_FLAGS = (process.env.BENCH_NODE_FLAGS ?? nodeFlagsFor()).split(' ').filter(Boolean)
 const GLIBC_TUNABLES = process.env.BENCH_GLIBC_TUNABLES ?? IMAGE_GLIBC_TUNABLES
 const PREVIOUS_NODE_FLAGS = (process.env.BENCH_PREVIOUS_NODE_FLAGS ?? '').split(' ').filter(Boolean)
 const PREVIOUS_GLIBC_TUNABLES = process.env.BENCH_PREVIOUS_GLIBC_TUNABLES ?? ''
@@ -465,7 +467,7 @@ function table (r) {
   const lines = [
     `# auth-sidecar benchmark (${r.date}, Node ${r.node})`,
     '',
-    `${r.settings.ROUNDS} interleaved rounds × ${r.settings.SECONDS} s × ${r.settings.CONNECTIONS} connections, ${r.settings.PROCS} processes per Node proxy (one slice each per round, order turned each round); medians of all slices.${r.settings.NODE_FLAGS || r.settings.GLIBC_TUNABLES ? ` Sidecar started as the image starts it: \`${r.settings.GLIBC_TUNABLES ? `GLIBC_TUNABLES=${r.settings.GLIBC_TUNABLES} ` : ''}node ${r.settings.NODE_FLAGS}\`.` : ''} CPU pinning: ${r.settings.pinning ? 'proxies on core 1, load and upstream on core 0' : 'off'}. Tokens live ${r.settings.TOKEN_SECONDS} s (${r.grants.duringRuns} grants during the rounds).`,
+    `${r.settings.ROUNDS} interleaved rounds × ${r.settings.SECONDS} s × ${r.settings.CONNECTIONS} connections, ${r.settings.PROCS} processes per Node proxy (one slice each per round, order turned each round); medians of all slices.${r.settings.NODE_FLAGS || r.settings.GLIBC_TUNABLES ? ` Sidecar started as the image starts it, with the options for this Node (bench/image-options.mjs): \`${r.settings.GLIBC_TUNABLES ? `GLIBC_TUNABLES=${r.settings.GLIBC_TUNABLES} ` : ''}node ${r.settings.NODE_FLAGS}\`.` : ''} CPU pinning: ${r.settings.pinning ? 'proxies on core 1, load and upstream on core 0' : 'off'}. Tokens live ${r.settings.TOKEN_SECONDS} s (${r.grants.duringRuns} grants during the rounds).`,
     '',
     `| target | req/s | p50 ms | p99 ms | proxy CPU µs/req | each process's median | RSS 1 s after first request MB | idle RSS (${r.settings.SETTLE_SECONDS} s after) MB | RSS under load MB | non-2xx |`,
     '|---|---|---|---|---|---|---|---|---|---|'

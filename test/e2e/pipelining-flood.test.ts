@@ -11,8 +11,9 @@ const FLOOD_REQUESTS = Number(process.env.FLOOD_REQUESTS ?? 20_000)
 /** SPEC §10.4: the bound on the process's growth. */
 const BOUND_MB = 64
 
-const { IMAGE_NODE_FLAGS, IMAGE_GLIBC_TUNABLES } = await import(`${root}bench/image-options.mjs`) as { IMAGE_NODE_FLAGS: string, IMAGE_GLIBC_TUNABLES: string }
-const AS_THE_IMAGE: Launch = { nodeArgs: IMAGE_NODE_FLAGS.split(' '), untracked: true }
+const { nodeFlagsFor, IMAGE_GLIBC_TUNABLES } = await import(`${root}bench/image-options.mjs`) as { nodeFlagsFor: () => string, IMAGE_GLIBC_TUNABLES: string }
+// the image's options, as they are given on the Node that runs the test
+const AS_THE_IMAGE: Launch = { nodeArgs: nodeFlagsFor().split(' '), untracked: true }
 
 const sleep = async (ms: number): Promise<void> => await new Promise((resolve) => setTimeout(resolve, ms))
 

@@ -43,3 +43,13 @@ t.test('the image, npm start and the bench start the sidecar with the same optio
   const start = (JSON.parse(readFileSync(`${root}package.json`, 'utf8')) as { scripts: { start: string } }).scripts.start
   t.equal(start, `GLIBC_TUNABLES=${IMAGE_GLIBC_TUNABLES} node ${IMAGE_NODE_FLAGS} dist/main.js`)
 })
+
+t.test('the bench and the flood test give the image\'s options as they are meant for their Node', async (t) => {
+  const { IMAGE_NODE_FLAGS, nodeFlagsFor } = await import(`${root}bench/image-options.mjs`) as { IMAGE_NODE_FLAGS: string, nodeFlagsFor: (v?: string) => string }
+  const imageMajor = /^ARG NODE_IMAGE=node:(\d+)/m.exec(dockerfile)![1]!
+  t.equal(nodeFlagsFor(`${imageMajor}.0.0`), IMAGE_NODE_FLAGS, 'the image\'s Node gets exactly the ENTRYPOINT\'s options')
+  t.equal(nodeFlagsFor('22.0.0'), IMAGE_NODE_FLAGS)
+  // Node 20's V8 caps the young generation itself; the option cost CPU there
+  t.equal(nodeFlagsFor('v20.18.0'), IMAGE_NODE_FLAGS.replace(' --max-semi-space-size=8', ''))
+  t.notMatch(nodeFlagsFor('20.20.2'), /semi-space/)
+})
