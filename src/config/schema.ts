@@ -79,7 +79,7 @@ export const properties = {
   UPSTREAM_TIMEOUT_MS: millis('longest wait for the upstream\'s response headers, a wait for a free connection included, then 504', DEFAULT_UPSTREAM_TIMEOUT_MS),
   UPSTREAM_IDLE_TIMEOUT_MS: millis('longest silence inside a response body before it is cut; 0 for never', DEFAULT_UPSTREAM_IDLE_TIMEOUT_MS, 0),
   UPSTREAM_CONNECTIONS: { type: 'integer', description: 'most connections kept open to the upstream', default: DEFAULT_UPSTREAM_CONNECTIONS, minimum: 1, maximum: 65535 },
-  UPSTREAM_KEEPALIVE_MS: millis('how long an idle pooled upstream connection is kept; keep it below the upstream\'s own keep-alive timeout', DEFAULT_UPSTREAM_KEEPALIVE_MS),
+  UPSTREAM_KEEPALIVE_MS: millis('how long an idle pooled upstream connection is kept when the upstream does not announce its own keep-alive timeout (an announced `Keep-Alive: timeout=N` is honoured, less 2 s, up to 60 s); keep it below the upstream\'s timeout', DEFAULT_UPSTREAM_KEEPALIVE_MS),
   TOKEN_TIMEOUT_MS: millis('longest wait for one token request', DEFAULT_TOKEN_TIMEOUT_MS),
   TOKEN_WAIT_MS: millis('longest a proxied request waits for a token being obtained, then 503', DEFAULT_TOKEN_WAIT_MS, 0),
   TOKEN_RETRY_MIN_MS: millis('first retry delay after an auth-server outage (doubles each time, jittered)', DEFAULT_TOKEN_RETRY_MIN_MS),
