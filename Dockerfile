@@ -30,7 +30,11 @@ FROM ${NODE_IMAGE}
 # the first setting keeps; the old generation is collected once it has grown
 # by half, not up to fourfold, and the young one is kept to 2 x 8 MB (Node
 # 22 and later size it from the machine's memory, up to 2 x 64 MB), so that
-# a burst's garbage does not grow the process (SPEC §10.4).
+# a burst's garbage does not grow the process (SPEC §10.4). Any V8 option
+# turns off the code cache of Node's built-in modules (some 30 ms of
+# start-up, counted in the figures). On Node 20 --max-semi-space-size is
+# better left out: V8 caps the young generation there by itself, and the
+# option cost CPU (bench/image-options.mjs).
 ENV NODE_ENV=production \
     GLIBC_TUNABLES=glibc.malloc.trim_threshold=33554432
 WORKDIR /app

@@ -19,7 +19,8 @@
 // BENCH_CONNECTIONS (32), BENCH_STREAM_MB (1024), BENCH_STREAM_REPS
 // (3), BENCH_TOKEN_SECONDS
 // (access token lifetime during the run, 10), BENCH_GRANT_SECONDS (20, for
-// the grants-per-request runs), BENCH_STARTS (5 start-up measurements),
+// the grants-per-request runs), BENCH_STARTS (5 start-up measurements;
+// with BENCH_PREVIOUS, as many of that build's, in turns),
 // BENCH_SETTLE_SECONDS (15: idle RSS is read this long after each proxy's
 // first request, once V8's memory reducer has run; 1 reads it at once).
 //
@@ -388,28 +389,38 @@ async function main () {
 
   process.kill(firstOf('auth-sidecar').pid, 'SIGKILL')
 
-  // start-up to the first proxied 200, less the grant's own time
-  const startups = []
-  for (let i = 0; i < (ONLY.has('startup') ? STARTS : 0); i++) {
+  // start-up to the first proxied 200, less the grant's own time; with
+  // BENCH_PREVIOUS, that build's too, in turns (before and after a change,
+  // in the same minutes)
+  async function oneStart (main, settle) {
     const grantStarted = process.hrtime.bigint()
     await fetch(tokenServer.info.tokenUrl, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'grant_type=password&client_id=legacy-app&username=service-user&password=service-password' }).then((r) => r.arrayBuffer())
     const grantMs = Number(process.hrtime.bigint() - grantStarted) / 1e6
     const t0 = process.hrtime.bigint()
-    const s = await startSidecar(upstream.info.port, tokenServer)
+    const s = await startSidecar(upstream.info.port, tokenServer, 1, main)
     await untilOk(`http://127.0.0.1:${s.port}/`)
     const total = Number(process.hrtime.bigint() - t0) / 1e6
     await sleep(1000)
     const after1s = rssMb(s.child.pid)
     // the first start also waits for V8's memory reducer, which runs after some seconds without work
     let idle
-    if (i === 0 && SETTLE_SECONDS > 1) {
+    if (settle && SETTLE_SECONDS > 1) {
       await sleep((SETTLE_SECONDS - 1) * 1000)
       idle = rssMb(s.child.pid)
     }
     s.child.kill('SIGKILL')
-    startups.push({ totalMs: total, grantMs, excludingGrantMs: total - grantMs, rssAfter1sMb: after1s, ...(idle !== undefined && { idleRssMb: idle }) })
+    return { totalMs: total, grantMs, excludingGrantMs: total - grantMs, rssAfter1sMb: after1s, ...(idle !== undefined && { idleRssMb: idle }) }
+  }
+  const startups = []
+  const previousStartups = []
+  for (let i = 0; i < (ONLY.has('startup') ? STARTS : 0); i++) {
+    if (PREVIOUS && i % 2 === 1) previousStartups.push(await oneStart(PREVIOUS, false))
+    startups.push(await oneStart('dist/main.js', i === 0))
+    if (PREVIOUS && i % 2 === 0) previousStartups.push(await oneStart(PREVIOUS, false))
   }
   const startup = { medianMs: median(startups.map((s) => s.excludingGrantMs)), rssAfter1sMb: median(startups.map((s) => s.rssAfter1sMb)), idleRssMb: startups[0]?.idleRssMb ?? null, runs: startups }
+  const previousStartup = previousStartups.length === 0 ? null : { medianMs: median(previousStartups.map((s) => s.excludingGrantMs)), rssAfter1sMb: median(previousStartups.map((s) => s.rssAfter1sMb)), runs: previousStartups }
+  if (previousStartup !== null) console.error(`previous: ${previousStartup.medianMs.toFixed(0)} ms median; RSS 1 s later ${previousStartup.rssAfter1sMb.toFixed(0)} MB`)
   console.error(`start-up to first proxied 200 (excluding the grant): ${startup.medianMs.toFixed(0)} ms median; RSS 1 s later ${startup.rssAfter1sMb?.toFixed(0)} MB${startup.idleRssMb !== null ? `, idle ${SETTLE_SECONDS} s later ${startup.idleRssMb.toFixed(0)} MB` : ''}`)
 
   const s = summary['auth-sidecar']
@@ -450,6 +461,7 @@ async function main () {
     streaming,
     grants: { duringRuns: grantsDuringRuns, sidecarRequests, rates: grantRates },
     startup,
+    previousStartup,
     runs
   }
   mkdirSync(join(root, 'bench/results'), { recursive: true })
@@ -495,7 +507,7 @@ function table (r) {
   }
   lines.push('', '| token grants | req/s | requests | grants | per 100k requests | per minute |', '|---|---|---|---|---|---|')
   for (const g of r.grants.rates) lines.push(`| at ${g.rate} | ${f(g.rps)} | ${g.requests} | ${g.grants} | ${f(g.grantsPer100k, 1)} | ${f(g.grantsPerMinute, 1)} |`)
-  lines.push('', `Start-up to the first proxied 200, excluding the grant: ${f(r.startup.medianMs)} ms (median of ${r.startup.runs.length}); RSS one second after it: ${f(r.startup.rssAfter1sMb)} MB${r.startup.idleRssMb != null ? `; idle, ${r.settings.SETTLE_SECONDS} s after it (first start): ${f(r.startup.idleRssMb)} MB` : ''}.`, '')
+  lines.push('', `Start-up to the first proxied 200, excluding the grant: ${f(r.startup.medianMs)} ms (median of ${r.startup.runs.length}); RSS one second after it: ${f(r.startup.rssAfter1sMb)} MB${r.startup.idleRssMb != null ? `; idle, ${r.settings.SETTLE_SECONDS} s after it (first start): ${f(r.startup.idleRssMb)} MB` : ''}.${r.previousStartup ? ` The previous build, started in turns with it: ${f(r.previousStartup.medianMs)} ms, ${f(r.previousStartup.rssAfter1sMb)} MB one second after.` : ''}`, '')
   return lines.join('\n')
 }
 

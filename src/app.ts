@@ -77,11 +77,10 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     connections: config.upstream.connections,
     // UPSTREAM_KEEPALIVE_MS when the upstream does not say how long it keeps
     // an idle connection; when it does (`Keep-Alive: timeout=N`), undici
-    // keeps it N less 2 s, up to KEEPALIVE_ANNOUNCED_MAX_MS. Capping every
-    // connection at UPSTREAM_KEEPALIVE_MS instead (before) reconnected the
-    // whole pool after each lull of a few seconds: 1.23 against 1.11 times
-    // bare @fastify/http-proxy's CPU per request in interleaved runs, where
-    // each process idles between bursts (docs/performance.md).
+    // keeps it N less 2 s, up to KEEPALIVE_ANNOUNCED_MAX_MS, as undici and
+    // bare @fastify/http-proxy do by default. Capping every connection at
+    // UPSTREAM_KEEPALIVE_MS instead (before) reconnected the whole pool after
+    // each lull of a few seconds (docs/performance.md has what that cost).
     keepAliveTimeout: config.upstream.keepAliveMs,
     keepAliveMaxTimeout: Math.max(config.upstream.keepAliveMs, KEEPALIVE_ANNOUNCED_MAX_MS),
     headersTimeout: config.upstream.timeoutMs,
