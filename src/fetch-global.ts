@@ -14,8 +14,15 @@
  * helpers (which the sidecar does not call) learn only undici's own
  * Headers; the global, once put back, loads on first use as before
  * (test/e2e/startup.test.ts).
+ *
+ * Node 20 only. Node 20 defines the global as an accessor, which can be
+ * read without loading anything. Node 24 loads its undici as soon as the
+ * property is inspected at all, and an ES import of node:http loads it there
+ * too (the module's ES facade reads the lazy `http.WebSocket`), so from Node
+ * 22 the sidecar leaves the global alone and pays what that costs.
  */
-const headers = Object.getOwnPropertyDescriptor(globalThis, 'Headers')
+const NODE_MAJOR = Number(process.versions.node.split('.')[0])
+const headers = NODE_MAJOR < 22 ? Object.getOwnPropertyDescriptor(globalThis, 'Headers') : undefined
 const lazy = headers !== undefined && headers.get !== undefined && headers.configurable === true
 if (lazy) Object.defineProperty(globalThis, 'Headers', { configurable: true, writable: true, value: undefined })
 
