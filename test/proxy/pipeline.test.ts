@@ -22,6 +22,16 @@ function arrive (gate: PipelineGate, socket: FakeSocket, admitted: number[], n: 
   else gate.hold(s, () => admitted.push(n))
 }
 
+/** A gate of depth 1 whose socket has one request worked on and one held (reading stopped). */
+function oneWorkedOnOneHeld (): { gate: PipelineGate, socket: FakeSocket, admitted: number[] } {
+  const gate = new PipelineGate(1)
+  const socket = new FakeSocket()
+  const admitted: number[] = []
+  arrive(gate, socket, admitted, 0)
+  arrive(gate, socket, admitted, 1)
+  return { gate, socket, admitted }
+}
+
 t.test('PIPELINE_DEPTH requests are worked on at once; the next is held and the socket stops reading', async (t) => {
   const gate = new PipelineGate()
   const socket = new FakeSocket()
@@ -42,11 +52,7 @@ t.test('PIPELINE_DEPTH requests are worked on at once; the next is held and the 
 })
 
 t.test('reading stops again when Node had started it in between (its own resume after a drain)', async (t) => {
-  const gate = new PipelineGate(1)
-  const socket = new FakeSocket()
-  const admitted: number[] = []
-  arrive(gate, socket, admitted, 0)
-  arrive(gate, socket, admitted, 1)
+  const { gate, socket, admitted } = oneWorkedOnOneHeld()
   t.same(socket.calls, ['readStop'])
   socket._handle.reading = true // what Node's 'resume' listener does
   arrive(gate, socket, admitted, 2)
@@ -54,11 +60,7 @@ t.test('reading stops again when Node had started it in between (its own resume 
 })
 
 t.test('answers the client has not taken yet: reading waits for the drain', async (t) => {
-  const gate = new PipelineGate(1)
-  const socket = new FakeSocket()
-  const admitted: number[] = []
-  arrive(gate, socket, admitted, 0)
-  arrive(gate, socket, admitted, 1)
+  const { gate, socket } = oneWorkedOnOneHeld()
   socket.writableNeedDrain = true
   gate.leave(socket as unknown as Socket)
   gate.leave(socket as unknown as Socket)
@@ -70,11 +72,7 @@ t.test('answers the client has not taken yet: reading waits for the drain', asyn
 })
 
 t.test('a socket Node has paused itself is left for Node to resume', async (t) => {
-  const gate = new PipelineGate(1)
-  const socket = new FakeSocket()
-  const admitted: number[] = []
-  arrive(gate, socket, admitted, 0)
-  arrive(gate, socket, admitted, 1)
+  const { gate, socket } = oneWorkedOnOneHeld()
   socket.readableFlowing = false // Node's own pause: its answers backed up
   gate.leave(socket as unknown as Socket)
   gate.leave(socket as unknown as Socket)
