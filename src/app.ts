@@ -2,6 +2,7 @@ import type { AddressInfo } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import type { Dispatcher } from 'undici'
 import type pino from 'pino'
+import { AccessLog } from './access-log.js'
 import { buildAdmin } from './admin/server.js'
 import { createMetrics, type Metrics } from './admin/metrics.js'
 import { CredentialStore } from './config/credentials.js'
@@ -132,8 +133,12 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
 
   const proxyLog = logger.child({ component: 'proxy' })
   // The access log has fixed, secret-free fields: a child without redaction
-  // keeps its cost off every request.
-  const accessLog = proxyLog.child({}, { redact: [] })
+  // keeps its cost off every request. Lines and metrics are written at the
+  // end of each event-loop turn (src/access-log.ts).
+  const accessLog = new AccessLog(
+    config.accessLog ? proxyLog.child({}, { redact: [] }) : undefined,
+    (line) => metrics.request(line.status, line.durationMs / 1000)
+  )
   const { app: proxy, closeWebSockets } = await buildProxy({
     origin: config.upstream.origin,
     basePath: config.upstream.basePath,
@@ -144,12 +149,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }),
     tokens,
     log: proxyLog,
-    onResponse: config.accessLog
-      ? (line) => {
-          accessLog.info(line, 'request')
-          metrics.request(line.status, line.durationMs / 1000)
-        }
-      : (line) => { metrics.request(line.status, line.durationMs / 1000) },
+    onResponse: (line) => accessLog.add(line),
     onUpstreamError: (reason) => metrics.upstreamError(reason)
   })
   if (logger.isLevelEnabled('debug')) logConnections(upstreamPool, proxyLog)
@@ -184,6 +184,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     } finally {
       clearInterval(idle)
       clearTimeout(force)
+      accessLog.flush()
       tokens.stop()
       credentials.close()
       if (config.auth.mode === 'oauth2' && config.auth.logoutOnShutdown) {
