@@ -7,20 +7,23 @@ import type { AccessLine } from './proxy/server.js'
  * both at the end of the event loop's turn in which the request was
  * answered, together with the other requests of that turn.
  *
- * Why not at once: under load a turn answers many requests, and each request
- * runs through Fastify, reply-from, undici and Node's HTTP code, which push
- * pino's code and data out of the CPU's caches. A line written in the middle
- * of that cost several times what the same line costs written beside the
- * others: 4–5 µs against about 1 µs (measured in the running proxy and in a
- * loop), and the access line was the largest part of what the sidecar costs
- * beyond bare @fastify/http-proxy (docs/performance.md). Written together,
- * the lines of a turn find pino's code where the previous one left it. The
-metrics are recorded in the same pass for the same reason; a scrape, which
-arrives in a later turn, counts every request answered before it.
+ * Why not at once: under load a turn answers many requests (10–12 under 32
+ * connections), and between two of them each request runs through Fastify,
+ * reply-from, undici and Node's HTTP code. A line written in the middle of
+ * that cost 4–5 µs in the running proxy against about 1 µs in a loop of
+ * lines (the likely cause: pino's code and data pushed out of the CPU's
+ * caches), and the access line was the largest part of what the sidecar
+ * costs beyond bare @fastify/http-proxy (docs/performance.md). Written
+ * together, a turn's lines find pino where the previous line left it. The
+ * metrics are recorded in the same pass for the same reason; a scrape,
+ * which arrives in a later turn, counts every request answered before it.
  *
- * The line is the same; its `time` is when it is written, in the same turn as
- * the answer (under a millisecond later). Lines not yet written when the
- * process ends are written by `flush()`, which the shutdown calls.
+ * The line is the same; its `time` is when it is written, later than the
+ * answer by at most the rest of that turn (some ten requests' work under
+ * load: 1–2 ms here). The shutdown calls `flush()` once the proxy is closed;
+ * a process that exits without one (the shutdown's own deadline passed)
+ * loses the lines of its last turn; one that is killed loses those and what
+ * the stdout batch (src/logger.ts) had not written yet.
  */
 export class AccessLog {
   readonly #log: pino.Logger | undefined
