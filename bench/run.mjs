@@ -304,8 +304,8 @@ async function main () {
   const grantsBefore = await tokenServerGrants(tokenServer)
   let sidecarRequests = 0
   for (let round = 1; round <= (ONLY.has('load') ? ROUNDS : 0); round++) {
-    // the order turns each round, so that no process is always first after
-    // the idle pause; each still follows the same neighbour every round
+    // the order turns each round, so that no process always comes first in
+    // a round; each still follows the same neighbour every round
     const order = targets.map((_, i) => targets[(i + round - 1) % targets.length])
     for (const t of order) {
       const before = t.pid ? cpuTicks(t.pid) : 0
