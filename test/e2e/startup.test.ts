@@ -22,7 +22,7 @@ t.test(`loading the sidecar ${fetchLoaded ? 'loads' : 'does not load'} Node's fe
   t.same(reportOf(run.stderr), { fetchLoaded, headers: 'function' })
 })
 
-t.test('nor does starting, taking a token and proxying a request', async (t) => {
+t.test('the same through starting, taking a token, proxying a request and a scrape', async (t) => {
   const { run, proxyUrl, adminUrl } = await startSidecar(t, {}, {}, true, { nodeArgs: report })
   t.equal((await send(`${proxyUrl}/anything`)).status, 200)
   t.equal((await send(`${adminUrl}/metrics`)).status, 200)
