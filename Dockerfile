@@ -2,9 +2,12 @@
 # auth-sidecar image: multi-stage, numeric non-root user, nothing written at
 # run time (a read-only root filesystem works), node as PID 1 so that SIGTERM
 # reaches the graceful shutdown. The build bundles every production
-# dependency into dist/main.js (scripts/build.mjs), so the image ships that
-# file and package.json and nothing else: no node_modules, no demo, no
-# development token server, no source maps (npm run test:image checks).
+# dependency into dist/sidecar.cjs and makes V8's code cache for it with this
+# image's Node and options (scripts/build.mjs, scripts/code-cache.mjs: the
+# build stage runs the same Node as the final one), so the image ships the
+# loader dist/main.js, the bundle, its licence notices, the cache and
+# package.json, and nothing else: no node_modules, no demo, no development
+# token server, no source maps (npm run test:image checks).
 ARG NODE_IMAGE=node:26-slim
 
 # (No `FROM --platform=$BUILDPLATFORM` here, though the build's output is the
@@ -34,11 +37,12 @@ FROM ${NODE_IMAGE}
 # turns off the code cache of Node's built-in modules (some 30 ms of
 # start-up, counted in the figures). On Node 20 --max-semi-space-size is
 # better left out: V8 caps the young generation there by itself, and the
-# option cost CPU (bench/image-options.mjs).
+# option cost CPU (scripts/image-options.mjs).
 ENV NODE_ENV=production \
     GLIBC_TUNABLES=glibc.malloc.trim_threshold=33554432
 WORKDIR /app
-COPY --from=build /app/dist/main.js ./dist/main.js
+COPY --from=build /app/dist/main.js /app/dist/sidecar.cjs /app/dist/sidecar.cjs.LEGAL.txt ./dist/
+COPY --from=build /app/dist/code-cache ./dist/code-cache
 COPY package.json ./
 # 65532: the conventional "nonroot" id; no shell login, no home needed.
 USER 65532:65532

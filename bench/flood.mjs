@@ -10,7 +10,7 @@ import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { fileURLToPath } from 'node:url'
-import { IMAGE_GLIBC_TUNABLES, nodeFlagsFor } from './image-options.mjs'
+import { IMAGE_GLIBC_TUNABLES, nodeFlagsFor } from '../scripts/image-options.mjs'
 
 const root = fileURLToPath(new URL('..', import.meta.url))
 const main = process.argv[2] ?? 'dist/main.js'

@@ -34,7 +34,7 @@ import { availableParallelism, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import autocannon from 'autocannon'
-import { IMAGE_GLIBC_TUNABLES, nodeFlagsFor } from './image-options.mjs'
+import { IMAGE_GLIBC_TUNABLES, nodeFlagsFor } from '../scripts/image-options.mjs'
 
 const root = fileURLToPath(new URL('..', import.meta.url))
 const env = (name, fallback) => Number(process.env[name] ?? fallback)
@@ -480,7 +480,7 @@ function table (r) {
   const lines = [
     `# auth-sidecar benchmark (${r.date}, Node ${r.node})`,
     '',
-    `${r.settings.ROUNDS} interleaved rounds × ${r.settings.SECONDS} s × ${r.settings.CONNECTIONS} connections, ${r.settings.PROCS} processes per Node proxy (one slice each per round, order turned each round); medians of all slices.${r.settings.NODE_FLAGS || r.settings.GLIBC_TUNABLES ? ` Sidecar started as the image starts it, with the options for this Node (bench/image-options.mjs): \`${r.settings.GLIBC_TUNABLES ? `GLIBC_TUNABLES=${r.settings.GLIBC_TUNABLES} ` : ''}node ${r.settings.NODE_FLAGS}\`.` : ''} CPU pinning: ${r.settings.pinning ? 'proxies on core 1, load and upstream on core 0' : 'off'}. Tokens live ${r.settings.TOKEN_SECONDS} s (${r.grants.duringRuns} grants during the rounds).`,
+    `${r.settings.ROUNDS} interleaved rounds × ${r.settings.SECONDS} s × ${r.settings.CONNECTIONS} connections, ${r.settings.PROCS} processes per Node proxy (one slice each per round, order turned each round); medians of all slices.${r.settings.NODE_FLAGS || r.settings.GLIBC_TUNABLES ? ` Sidecar started as the image starts it, with the options for this Node (scripts/image-options.mjs): \`${r.settings.GLIBC_TUNABLES ? `GLIBC_TUNABLES=${r.settings.GLIBC_TUNABLES} ` : ''}node ${r.settings.NODE_FLAGS}\`.` : ''} CPU pinning: ${r.settings.pinning ? 'proxies on core 1, load and upstream on core 0' : 'off'}. Tokens live ${r.settings.TOKEN_SECONDS} s (${r.grants.duringRuns} grants during the rounds).`,
     '',
     `| target | req/s | p50 ms | p99 ms | proxy CPU µs/req | each process's median | RSS 1 s after first request MB | idle RSS (${r.settings.SETTLE_SECONDS} s after) MB | RSS under load MB | non-2xx |`,
     '|---|---|---|---|---|---|---|---|---|---|'

@@ -10,7 +10,8 @@
 # - Checks: a configuration error exits 1; uid 65532; a read-only root with
 #   every capability dropped; /healthz and /readyz; a proxied request that the
 #   example API accepts while the API alone answers 401; the HEALTHCHECK;
-#   SIGTERM exits 0 within the grace period; what the image ships.
+#   SIGTERM exits 0 within the grace period; what the image ships; V8 takes
+#   the code cache the build stage made.
 # - Compose: docker-compose.yml with its Keycloak service replaced, for the
 #   run only, by the development token server (Keycloak's image cannot be
 #   pulled here); the file itself is not changed.
@@ -136,8 +137,10 @@ pass "built $IMAGE: $((size / 1000000)) MB, of which $(( (size - base_size) / 10
 # --- what the image ships ---------------------------------------------------------
 shipped=$($engine run --rm --no-healthcheck --entrypoint sh "$IMAGE" -c 'cd /app && find . -type f | sort')
 echo "$shipped" | sed 's/^/    /'
-[ "$shipped" = "$(printf './dist/main.js\n./package.json')" ] || fail "the image ships more than dist/main.js and package.json"
-pass "ships dist/main.js and package.json only: no demo, no development token server, no source maps, no node_modules"
+# two caches: for node without options and with the image's (scripts/code-cache.mjs)
+[ "$(sed -E 's#code-cache/[0-9a-f]{40}\.bin$#code-cache/<hash>.bin#' <<< "$shipped")" = "$(printf './dist/code-cache/<hash>.bin\n./dist/code-cache/<hash>.bin\n./dist/main.js\n./dist/sidecar.cjs\n./dist/sidecar.cjs.LEGAL.txt\n./package.json')" ] \
+  || fail "the image ships other files than the loader, the bundle, its licences, its code cache and package.json"
+pass "ships the loader, the bundle, its licences, its code cache and package.json only: no demo, no development token server, no source maps, no node_modules"
 
 # --- refuses a bad configuration, as 65532 ------------------------------------------
 set +e
@@ -163,7 +166,7 @@ read_only=(--read-only)
 $engine run -d --name "$PREFIX-sidecar" --network host "${read_only[@]}" --cap-drop ALL --security-opt no-new-privileges \
   -e BASE_URL="http://127.0.0.1:$API" -e AUTH_URL="http://127.0.0.1:$TOKENS" -e AUTH_CLIENT_ID=legacy-app \
   -e AUTH_USERNAME=service-user -e AUTH_PASSWORD=service-password \
-  -e PROXY_PORT=$PROXY -e ADMIN_PORT=$ADMIN -e ADMIN_HOST=127.0.0.1 -e SHUTDOWN_GRACE_MS=5000 \
+  -e PROXY_PORT=$PROXY -e ADMIN_PORT=$ADMIN -e ADMIN_HOST=127.0.0.1 -e SHUTDOWN_GRACE_MS=5000 -e LOG_LEVEL=debug \
   "$IMAGE" >/dev/null 2>&1
 
 ready=
@@ -182,6 +185,9 @@ caps=$($engine exec "$PREFIX-sidecar" sh -c 'grep -E "^Cap(Bnd|Eff):" /proc/1/st
 [ "$caps" = 0000000000000000 ] || fail "capabilities left: $caps"
 if $engine exec "$PREFIX-sidecar" sh -c 'echo x > /tmp/x || echo x > /app/x' 2>/dev/null; then fail "the root filesystem is writable"; fi
 pass "read-only root filesystem, all capabilities dropped, and it runs"
+logs=$($engine logs "$PREFIX-sidecar" 2>&1)
+grep -q '"codeCache":"accepted"' <<< "$logs" || { grep '"code cache"' <<< "$logs"; fail "V8 did not take the code cache the build made for the image"; }
+pass "V8 takes the code cache the build stage made for the image's Node and options"
 
 through=$(curl -sS "http://127.0.0.1:$PROXY/hello")
 grep -q '"caller": "service-user"' <<< "$through" || { echo "$through"; fail "the example API did not accept the proxied request"; }

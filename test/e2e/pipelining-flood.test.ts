@@ -11,7 +11,7 @@ const FLOOD_REQUESTS = Number(process.env.FLOOD_REQUESTS ?? 20_000)
 /** SPEC §10.4: the bound on the process's growth. */
 const BOUND_MB = 64
 
-const { nodeFlagsFor, IMAGE_GLIBC_TUNABLES } = await import(`${root}bench/image-options.mjs`) as { nodeFlagsFor: () => string, IMAGE_GLIBC_TUNABLES: string }
+const { nodeFlagsFor, IMAGE_GLIBC_TUNABLES } = await import(`${root}scripts/image-options.mjs`) as { nodeFlagsFor: () => string, IMAGE_GLIBC_TUNABLES: string }
 // the image's options, as they are given on the Node that runs the test
 const AS_THE_IMAGE: Launch = { nodeArgs: nodeFlagsFor().split(' '), untracked: true }
 

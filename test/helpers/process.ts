@@ -52,12 +52,15 @@ export interface Launch {
    * some 80 MB of RSS): for measuring the product's memory as it runs.
    */
   untracked?: boolean
+  /** another entry point than the repository's dist/main.js (a copy of dist/, say) */
+  entry?: string
 }
 
 /** Runs the built product (`node [nodeArgs] dist/main.js [args]`) with exactly `env` (and PATH). */
 export function start (env: Record<string, string>, cwd = root, args: string[] = [], launch: Launch = {}): Running {
-  if (!existsSync(main)) throw new Error('dist/main.js is missing: run `npm run build` first (npm test does)')
-  const command = [process.execPath, ...(launch.nodeArgs ?? []), main, ...args]
+  const entry = launch.entry ?? main
+  if (!existsSync(entry)) throw new Error(`${entry} is missing: run \`npm run build\` first (npm test does)`)
+  const command = [process.execPath, ...(launch.nodeArgs ?? []), entry, ...args]
   // env(1) execs node in its own place: the child's pid is node's
   if (launch.untracked === true) command.unshift('env', '-u', 'NODE_OPTIONS')
   const child = spawn(command[0]!, command.slice(1), {

@@ -1,0 +1,85 @@
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync, appendFileSync } from 'node:fs'
+import { isAscii } from 'node:buffer'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import t, { type Test } from 'tap'
+import { send } from '../helpers/build.js'
+import { root, startSidecar, type Launch } from '../helpers/process.js'
+
+// src/loader.ts: dist/main.js compiles dist/sidecar.cjs with the V8 code
+// cache the build made for this Node and these node options
+// (scripts/code-cache.mjs), and starts without one when it is missing, stale
+// or refused. With LOG_LEVEL=debug the sidecar says which.
+// Untracked: tap's hooks in NODE_OPTIONS are not node options V8 ignores.
+
+const cacheDir = `${root}dist/code-cache`
+
+function outcomeOf (stdout: string[]): string {
+  const line = stdout.find((l) => l.includes('"msg":"code cache"'))
+  if (line === undefined) throw new Error(`no code cache line in: ${stdout.join('\n')}`)
+  return (JSON.parse(line) as { codeCache: string }).codeCache
+}
+
+/** A copy of dist/ (the product's files only) and package.json, to break. */
+function copyOfDist (t: Test): string {
+  const dir = mkdtempSync(join(tmpdir(), 'code-cache-'))
+  t.teardown(() => { rmSync(dir, { recursive: true, force: true }) })
+  for (const f of ['main.js', 'sidecar.cjs']) cpSync(`${root}dist/${f}`, join(dir, 'dist', f))
+  cpSync(cacheDir, join(dir, 'dist', 'code-cache'), { recursive: true })
+  cpSync(`${root}package.json`, join(dir, 'package.json'))
+  return join(dir, 'dist')
+}
+
+/** Starts the sidecar, proxies a request, says what the loader did with the cache. */
+async function startAndProxy (t: Test, launch: Launch): Promise<string> {
+  const { run, proxyUrl } = await startSidecar(t, { LOG_LEVEL: 'debug' }, {}, true, { untracked: true, ...launch })
+  t.equal((await send(`${proxyUrl}/anything`)).status, 200, 'proxies')
+  return outcomeOf(run.stdout)
+}
+
+t.test('the build made a cache for plain node and one for the image\'s options on this Node', async (t) => {
+  const files = readdirSync(cacheDir)
+  t.equal(files.length, 2, files.join(', '))
+  for (const f of files) t.match(f, /^[0-9a-f]{40}\.bin$/)
+})
+
+t.test('the bundle is ASCII, so that it loads as a one-byte string', async (t) => {
+  t.ok(isAscii(readFileSync(`${root}dist/sidecar.cjs`)))
+})
+
+t.test('plain `node dist/main.js`: V8 takes the cache', async (t) => {
+  t.equal(await startAndProxy(t, {}), 'accepted')
+})
+
+t.test('with the image\'s options for this Node: V8 takes that cache', async (t) => {
+  const { nodeFlagsFor } = await import(`${root}scripts/image-options.mjs`) as { nodeFlagsFor: () => string }
+  t.equal(await startAndProxy(t, { nodeArgs: nodeFlagsFor().split(' ') }), 'accepted')
+})
+
+t.test('other node options: no cache of theirs, and the sidecar starts without one', async (t) => {
+  t.equal(await startAndProxy(t, { nodeArgs: ['--max-old-space-size=256'] }), 'absent')
+})
+
+t.test('a bundle changed after the build: its old cache is not used', async (t) => {
+  const dist = copyOfDist(t)
+  appendFileSync(join(dist, 'sidecar.cjs'), '\n// changed\n')
+  t.equal(await startAndProxy(t, { entry: join(dist, 'main.js') }), 'absent')
+})
+
+t.test('a damaged cache: V8 refuses it and the sidecar starts from source', async (t) => {
+  const dist = copyOfDist(t)
+  for (const f of readdirSync(join(dist, 'code-cache'))) {
+    const p = join(dist, 'code-cache', f)
+    const bytes = readFileSync(p)
+    writeFileSync(p, bytes.subarray(0, bytes.length >> 1))
+  }
+  t.equal(await startAndProxy(t, { entry: join(dist, 'main.js') }), 'rejected')
+})
+
+t.test('nothing is written at run time: the cache files are as the build left them', async (t) => {
+  const before = readdirSync(cacheDir).map((f) => `${f} ${statSync(join(cacheDir, f)).mtimeMs}`)
+  const { run } = await startSidecar(t, {}, {}, true, { untracked: true })
+  run.child.kill('SIGTERM')
+  t.equal(await run.exited, 0)
+  t.same(readdirSync(cacheDir).map((f) => `${f} ${statSync(join(cacheDir, f)).mtimeMs}`), before)
+})
