@@ -5,9 +5,10 @@
 # dependency into dist/sidecar.cjs and makes V8's code cache for it with this
 # image's Node and options (scripts/build.mjs, scripts/code-cache.mjs: the
 # build stage runs the same Node as the final one), so the image ships the
-# loader dist/main.js, the bundle, its licence notices, the cache and
-# package.json, and nothing else: no node_modules, no demo, no development
-# token server, no source maps (npm run test:image checks).
+# loader dist/main.js, the bundle, its licence notices, the cache, the
+# package.json that makes dist/ CommonJS, and package.json; nothing else:
+# no node_modules, no demo, no development token server, no source maps
+# (npm run test:image checks).
 ARG NODE_IMAGE=node:26-slim
 
 # (No `FROM --platform=$BUILDPLATFORM` here, though the build's output is the
@@ -41,7 +42,7 @@ FROM ${NODE_IMAGE}
 ENV NODE_ENV=production \
     GLIBC_TUNABLES=glibc.malloc.trim_threshold=33554432
 WORKDIR /app
-COPY --from=build /app/dist/main.js /app/dist/sidecar.cjs /app/dist/sidecar.cjs.LEGAL.txt ./dist/
+COPY --from=build /app/dist/package.json /app/dist/main.js /app/dist/sidecar.cjs /app/dist/sidecar.cjs.LEGAL.txt ./dist/
 COPY --from=build /app/dist/code-cache ./dist/code-cache
 COPY package.json ./
 # 65532: the conventional "nonroot" id; no shell login, no home needed.

@@ -31,7 +31,7 @@ const launch = (args, env = {}) => new Promise((resolve) => {
 const rss = (pid) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) / 1024
 
 const upstream = await launch(['bench/upstream.mjs'])
-const tokens = await launch(['dist/dev-token-server.js'], { TOKEN_SECONDS: '300' })
+const tokens = await launch(['dist/dev-token-server.mjs'], { TOKEN_SECONDS: '300' })
 const env = BARE
   ? { UPSTREAM: `http://127.0.0.1:${upstream.port}`, PORT: String(PROXY_PORT) }
   : {

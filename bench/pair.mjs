@@ -27,7 +27,7 @@ const launch = (core, args, env = {}) => new Promise((resolve) => {
   kids.push(c); c.stdout.once('data', (d) => resolve({ c, info: JSON.parse(String(d).split('\n')[0]) }))
 })
 const up = await launch(0, ['bench/upstream.mjs'])
-const ts = await launch(0, ['dist/dev-token-server.js'], { TOKEN_SECONDS: '10' })
+const ts = await launch(0, ['dist/dev-token-server.mjs'], { TOKEN_SECONDS: '10' })
 let port = 23000
 const procs = []
 for (const v of variants) for (let i = 0; i < (v.procs ?? 1); i++) {

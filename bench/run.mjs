@@ -263,7 +263,7 @@ async function main () {
 
   const upstream = await launch(0, process.execPath, ['bench/upstream.mjs'])
   const upstreamUrl = `http://127.0.0.1:${upstream.info.port}`
-  const tokenServer = await launch(0, process.execPath, ['dist/dev-token-server.js'], { TOKEN_SECONDS: String(TOKEN_SECONDS) }, true)
+  const tokenServer = await launch(0, process.execPath, ['dist/dev-token-server.mjs'], { TOKEN_SECONDS: String(TOKEN_SECONDS) }, true)
   const times = (n, f) => Promise.all(Array.from({ length: n }, (_, i) => f(i)))
   const bares = await times(PROCS, () => launch(1, process.execPath, ['bench/bare-proxy.mjs'], { UPSTREAM: upstreamUrl }))
   const pipe = ONLY.has('stream') ? await launch(1, process.execPath, ['bench/node-pipe.mjs'], { UPSTREAM: upstreamUrl }) : undefined

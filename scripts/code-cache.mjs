@@ -61,7 +61,7 @@ export async function writeCodeCaches (root = process.cwd()) {
   rmSync(join(dist, 'code-cache'), { recursive: true, force: true })
   const upstream = createServer((req, res) => { req.resume(); res.end('ok') }).listen(0, '127.0.0.1')
   await once(upstream, 'listening')
-  const tokenServer = spawn(process.execPath, [join(dist, 'dev-token-server.js')], { env: { PATH: process.env.PATH, TOKEN_SECONDS: '300' }, stdio: ['ignore', 'pipe', 'inherit'] })
+  const tokenServer = spawn(process.execPath, [join(dist, 'dev-token-server.mjs')], { env: { PATH: process.env.PATH, TOKEN_SECONDS: '300' }, stdio: ['ignore', 'pipe', 'inherit'] })
   const timer = setTimeout(() => { tokenServer.kill('SIGKILL') }, TIMEOUT_MS)
   try {
     const { url } = await jsonLine(tokenServer.stdout, (v) => typeof v.url === 'string')

@@ -138,7 +138,7 @@ pass "built $IMAGE: $((size / 1000000)) MB, of which $(( (size - base_size) / 10
 shipped=$($engine run --rm --no-healthcheck --entrypoint sh "$IMAGE" -c 'cd /app && find . -type f | sort')
 echo "$shipped" | sed 's/^/    /'
 # two caches: for node without options and with the image's (scripts/code-cache.mjs)
-[ "$(sed -E 's#code-cache/[0-9a-f]{40}\.bin$#code-cache/<hash>.bin#' <<< "$shipped")" = "$(printf './dist/code-cache/<hash>.bin\n./dist/code-cache/<hash>.bin\n./dist/main.js\n./dist/sidecar.cjs\n./dist/sidecar.cjs.LEGAL.txt\n./package.json')" ] \
+[ "$(sed -E 's#code-cache/[0-9a-f]{40}\.bin$#code-cache/<hash>.bin#' <<< "$shipped")" = "$(printf './dist/code-cache/<hash>.bin\n./dist/code-cache/<hash>.bin\n./dist/main.js\n./dist/package.json\n./dist/sidecar.cjs\n./dist/sidecar.cjs.LEGAL.txt\n./package.json')" ] \
   || fail "the image ships other files than the loader, the bundle, its licences, its code cache and package.json"
 pass "ships the loader, the bundle, its licences, its code cache and package.json only: no demo, no development token server, no source maps, no node_modules"
 
@@ -154,7 +154,7 @@ pass "runs as uid 65532"
 
 # --- a running sidecar: token server on the host, API and sidecar in containers ------
 # Host networking keeps everything on this machine's loopback.
-PORT=$TOKENS TOKEN_SECONDS=30 REFRESH_SECONDS=120 node dist/dev-token-server.js > /tmp/$PREFIX-tokens.json &
+PORT=$TOKENS TOKEN_SECONDS=30 REFRESH_SECONDS=120 node dist/dev-token-server.mjs > /tmp/$PREFIX-tokens.json &
 tokens_pid=$!
 for _ in $(seq 1 50); do [ -s /tmp/$PREFIX-tokens.json ] && break; sleep 0.1; done
 issuer="http://127.0.0.1:$TOKENS/auth/realms/service-realm"

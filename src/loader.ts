@@ -36,10 +36,6 @@ const WRITE_FLAG = '--write-code-cache'
 /** Compiles and runs the bundle; nothing of it (2 MB of source, 2 MB of cache) stays referenced here. */
 function load (file: string, writing: boolean): void {
   const bytes = readFileSync(file)
-  // The build keeps the bundle ASCII: read that way it is a one-byte string,
-  // half the memory of the two-byte one a single other character makes, and
-  // decoding 2 MB as UTF-8 took 10 ms more.
-  const source = isAscii(bytes) ? bytes.toString('latin1') : bytes.toString('utf8')
   // An identity, not a security check: whoever can write the cache can
   // write the bundle beside it.
   const key = createHash('sha1').update(bytes).update(`\0${process.version}\0${process.arch}\0${process.execArgv.join('\0')}`).digest('hex')
@@ -52,6 +48,13 @@ function load (file: string, writing: boolean): void {
     } catch {}
   }
 
+  // The build keeps the bundle ASCII: read as Latin-1 it is a one-byte
+  // string, half the memory of the two-byte one a single other character
+  // makes, and decoding 2 MB as UTF-8 took 10 ms more. A cache is written
+  // only for an ASCII bundle (below), so with one the 3 ms check is skipped.
+  const ascii = cachedData !== undefined || isAscii(bytes)
+  const source = bytes.toString(ascii ? 'latin1' : 'utf8')
+
   // CommonJS's own wrapper, on a line of its own (lineOffset keeps the
   // bundle's line numbers in stack traces).
   const script = new Script(`(function (exports, require, module, __filename, __dirname) {\n${source}\n})`, {
@@ -62,7 +65,10 @@ function load (file: string, writing: boolean): void {
   const outcome: CodeCacheOutcome = writing ? 'writing' : cachedData === undefined ? 'absent' : script.cachedDataRejected === true ? 'rejected' : 'accepted'
   ;(globalThis as { [CODE_CACHE_OUTCOME]?: CodeCacheOutcome })[CODE_CACHE_OUTCOME] = outcome
 
-  if (writing) {
+  if (writing && !ascii) {
+    process.stderr.write('auth-sidecar: code cache not written: the bundle is not ASCII\n')
+    process.exitCode = 1
+  } else if (writing) {
     // At exit V8 has the bytecode of everything the start and the build's
     // requests ran; all of it goes into the cache.
     process.on('exit', () => {

@@ -24,7 +24,7 @@ function outcomeOf (stdout: string[]): string {
 function copyOfDist (t: Test): string {
   const dir = mkdtempSync(join(tmpdir(), 'code-cache-'))
   t.teardown(() => { rmSync(dir, { recursive: true, force: true }) })
-  for (const f of ['main.js', 'sidecar.cjs']) cpSync(`${root}dist/${f}`, join(dir, 'dist', f))
+  for (const f of ['main.js', 'sidecar.cjs', 'package.json']) cpSync(`${root}dist/${f}`, join(dir, 'dist', f))
   cpSync(cacheDir, join(dir, 'dist', 'code-cache'), { recursive: true })
   cpSync(`${root}package.json`, join(dir, 'package.json'))
   return join(dir, 'dist')

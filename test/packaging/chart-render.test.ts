@@ -95,7 +95,7 @@ function readAsContainer (t: Test, facts: PodFacts): string {
   chmodSync(dir, 0o755)
   mkdirSync(join(dir, 'dist'), { mode: 0o755 })
   copyFileSync(main, join(dir, 'dist', 'main.js'))
-  copyFileSync(`${root}dist/sidecar.cjs`, join(dir, 'dist', 'sidecar.cjs'))
+  for (const f of ['sidecar.cjs', 'package.json']) copyFileSync(`${root}dist/${f}`, join(dir, 'dist', f))
   copyFileSync(`${root}package.json`, join(dir, 'package.json'))
   const secrets = join(dir, 'secrets')
   mkdirSync(secrets, { mode: 0o755 })

@@ -16,7 +16,7 @@ t.test('multi-stage on a slim current Node LTS', async (t) => {
 t.test('the final stage holds the loader, the bundle, its licences, its code cache and package.json only (npm run test:image checks the built image)', async (t) => {
   const copies = final.split('\n').filter((l) => l.startsWith('COPY'))
   t.same(copies.map((l) => l.split(/\s+/).slice(1).join(' ')), [
-    '--from=build /app/dist/main.js /app/dist/sidecar.cjs /app/dist/sidecar.cjs.LEGAL.txt ./dist/',
+    '--from=build /app/dist/package.json /app/dist/main.js /app/dist/sidecar.cjs /app/dist/sidecar.cjs.LEGAL.txt ./dist/',
     '--from=build /app/dist/code-cache ./dist/code-cache',
     'package.json ./'
   ])
