@@ -3,15 +3,17 @@
 // upstream and the development token server, sends it the requests of a
 // start (a proxied one, the admin endpoints) and stops it with SIGTERM; at
 // exit it writes the bytecode V8 compiled for all of that into
-// dist/code-cache/. Once with no node options and once with the image's
-// options for this Node (scripts/image-options.mjs): a cache serves only the
-// Node and the options it was made with. Nothing leaves 127.0.0.1.
+// dist/code-cache/. Once with no node options, once with the image's options
+// for this Node and once with them as the image and npm start write them
+// (scripts/image-options.mjs; the last two are one on Node 22 and later): a
+// cache serves only the Node and the options it was made with. Nothing
+// leaves 127.0.0.1.
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { readdirSync, rmSync } from 'node:fs'
 import { createServer } from 'node:http'
 import { join } from 'node:path'
-import { IMAGE_GLIBC_TUNABLES, nodeFlagsFor } from './image-options.mjs'
+import { IMAGE_GLIBC_TUNABLES, IMAGE_NODE_FLAGS, nodeFlagsFor } from './image-options.mjs'
 
 const TIMEOUT_MS = 30_000
 
@@ -57,7 +59,9 @@ async function freePort () {
 /** Writes dist/code-cache/: one cache per set of node options. */
 export async function writeCodeCaches (root = process.cwd()) {
   const dist = join(root, 'dist')
-  const flagSets = new Set(['', nodeFlagsFor()])
+  // none; the image's for this Node (the bench's); the image's as written
+  // (npm start's, which on Node 20 adds an option the image leaves out there)
+  const flagSets = new Set(['', nodeFlagsFor(), IMAGE_NODE_FLAGS])
   rmSync(join(dist, 'code-cache'), { recursive: true, force: true })
   const upstream = createServer((req, res) => { req.resume(); res.end('ok') }).listen(0, '127.0.0.1')
   await once(upstream, 'listening')

@@ -37,9 +37,10 @@ async function startAndProxy (t: Test, launch: Launch): Promise<string> {
   return outcomeOf(run.stdout)
 }
 
-t.test('the build made a cache for plain node and one for the image\'s options on this Node', async (t) => {
+t.test('the build made a cache for plain node, the image\'s options for this Node and npm start\'s', async (t) => {
+  const { nodeFlagsFor, IMAGE_NODE_FLAGS } = await import(`${root}scripts/image-options.mjs`) as { nodeFlagsFor: () => string, IMAGE_NODE_FLAGS: string }
   const files = readdirSync(cacheDir)
-  t.equal(files.length, 2, files.join(', '))
+  t.equal(files.length, new Set(['', nodeFlagsFor(), IMAGE_NODE_FLAGS]).size, files.join(', '))
   for (const f of files) t.match(f, /^[0-9a-f]{40}\.bin$/)
 })
 
@@ -54,6 +55,11 @@ t.test('plain `node dist/main.js`: V8 takes the cache', async (t) => {
 t.test('with the image\'s options for this Node: V8 takes that cache', async (t) => {
   const { nodeFlagsFor } = await import(`${root}scripts/image-options.mjs`) as { nodeFlagsFor: () => string }
   t.equal(await startAndProxy(t, { nodeArgs: nodeFlagsFor().split(' ') }), 'accepted')
+})
+
+t.test('npm start\'s options (the image\'s as written): V8 takes that cache', async (t) => {
+  const { IMAGE_NODE_FLAGS } = await import(`${root}scripts/image-options.mjs`) as { IMAGE_NODE_FLAGS: string }
+  t.equal(await startAndProxy(t, { nodeArgs: IMAGE_NODE_FLAGS.split(' ') }), 'accepted')
 })
 
 t.test('other node options: no cache of theirs, and the sidecar starts without one', async (t) => {
