@@ -47,11 +47,14 @@ rmSync('dist', { recursive: true, force: true })
 mkdirSync('dist')
 writeFileSync('dist/package.json', JSON.stringify({ type: 'commonjs' }) + '\n')
 
-// import.meta.url (src/version.ts, src/loader.ts) in a CommonJS script
+// import.meta.url (src/version.ts, src/loader.ts) in a CommonJS script.
+// PITFALLS: the banner goes before esbuild's own "use strict", which is then
+// no longer a directive: the whole bundle ran in sloppy mode (ES modules are
+// strict). The banner begins with the directive itself.
 const commonJs = {
   format: 'cjs',
   define: { 'import.meta.url': '__import_meta_url' },
-  banner: { js: "var __import_meta_url = require('node:url').pathToFileURL(__filename).href;" }
+  banner: { js: "'use strict'; var __import_meta_url = require('node:url').pathToFileURL(__filename).href;" }
 }
 
 // The sidecar: src/main.ts and its dependencies as one script, which
@@ -68,7 +71,9 @@ await esbuild.build({
   legalComments: 'external'
 })
 
-if (!isAscii(readFileSync('dist/sidecar.cjs'))) throw new Error('dist/sidecar.cjs is not ASCII: see legalComments above')
+const bundle = readFileSync('dist/sidecar.cjs')
+if (!isAscii(bundle)) throw new Error('dist/sidecar.cjs is not ASCII: see legalComments above')
+if (!bundle.subarray(0, 13).equals(Buffer.from("'use strict';"))) throw new Error('dist/sidecar.cjs does not begin with the "use strict" directive')
 
 await esbuild.build({ ...common, ...commonJs, entryPoints: { main: 'src/loader.ts' } })
 

@@ -48,6 +48,18 @@ t.test('the bundle is ASCII, so that it loads as a one-byte string', async (t) =
   t.ok(isAscii(readFileSync(`${root}dist/sidecar.cjs`)))
 })
 
+t.test('the bundle and the loader are strict mode code, as the ES modules they are built from', async (t) => {
+  for (const f of ['sidecar.cjs', 'main.js']) {
+    const text = readFileSync(`${root}dist/${f}`, 'latin1')
+    t.ok(text.startsWith("'use strict';"), `${f} begins with the directive`)
+  }
+  // and it takes: in sloppy mode this assignment would be ignored silently
+  const { Script } = await import('node:vm')
+  const source = readFileSync(`${root}dist/sidecar.cjs`, 'latin1')
+  const probe = new Script(`(function () {\n${source.slice(0, 13)}\nObject.freeze({}).x = 1\n})`).runInThisContext() as () => void
+  t.throws(probe, TypeError)
+})
+
 t.test('plain `node dist/main.js`: V8 takes the cache', async (t) => {
   t.equal(await startAndProxy(t, {}), 'accepted')
 })
