@@ -1,12 +1,27 @@
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
 import { Agent, request as httpRequest } from 'node:http'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { send } from '../helpers/build.js'
-import { memoryOf, startSidecar } from '../helpers/process.js'
+import { memoryOf, root, startSidecar } from '../helpers/process.js'
 
 /** Body size for the flat-memory runs; STREAM_MB=1024 for the full gigabyte. */
 const STREAM_MB = Number(process.env.STREAM_MB ?? 256)
-/** Allowed growth of the proxy's resident memory while streaming. */
+/** Allowed growth of the proxy's resident memory while streaming (issue 12's target). */
 const MAX_GROWTH_MB = 64
+/**
+ * From this Node on, V8 answers external-memory pressure (the garbage
+ * ArrayBuffers of socket reads) by starting incremental marking only, no
+ * longer with a scavenge at once, so every Node process that moves bytes
+ * through sockets grows further while streaming: a raw TCP pipe grew 53-61
+ * MB for a 256 MB download on Node 24, 38-43 on Node 20 and 22
+ * (docs/performance.md, "Streaming memory on Node 24"). There the bound is
+ * what such a pipe grows for the same transfer, measured beside the
+ * sidecar, plus PROXY_HEADROOM_MB: a proxy that buffered the body still
+ * fails it by far.
+ */
+const NODE_FLOOR_FROM_MAJOR = 24
+const PROXY_HEADROOM_MB = 24
 
 const chunk = Buffer.alloc(1024 * 1024, 97)
 
@@ -60,6 +75,40 @@ function download (url: string, agent: Agent): Promise<number> {
   })
 }
 
+interface Growth { upload: number, download: number }
+
+/** RSS growth of the process `pid` during one upload and one download of STREAM_MB through `url`. */
+async function growthOf (pid: number, url: string, agent: Agent): Promise<Growth> {
+  for (let i = 0; i < 20; i++) await send(`${url}/warm`) // JIT and pools warmed, as for the sidecar
+  const baseline = memoryOf(pid).rssMb
+  const up = await peakRss(pid, async () => { await upload(`${url}/upload`, STREAM_MB, agent) })
+  const down = await peakRss(pid, async () => { await download(`${url}/_bytes/${STREAM_MB * chunk.length}`, agent) })
+  return { upload: up - baseline, download: down - baseline }
+}
+
+/**
+ * The growth allowed to the sidecar for each direction: MAX_GROWTH_MB, or
+ * from NODE_FLOOR_FROM_MAJOR on, what a raw TCP pipe on this Node
+ * (bench/node-pipe.mjs, the bench's floor) grows for the same transfers,
+ * plus PROXY_HEADROOM_MB.
+ */
+async function growthBound (t: Test, upstreamUrl: string): Promise<Growth & { pipe?: Growth }> {
+  if (Number(process.versions.node.split('.')[0]) < NODE_FLOOR_FROM_MAJOR) return { upload: MAX_GROWTH_MB, download: MAX_GROWTH_MB }
+  // without tap's hooks (NODE_OPTIONS), as the sidecar runs here
+  const child = spawn(process.execPath, [`${root}bench/node-pipe.mjs`], { env: { PATH: process.env.PATH ?? '', UPSTREAM: upstreamUrl }, stdio: ['ignore', 'pipe', 'inherit'] })
+  t.teardown(() => { child.kill('SIGKILL') })
+  const [line] = await once(child.stdout!, 'data') as [Buffer]
+  const { port } = JSON.parse(String(line)) as { port: number }
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+  try {
+    const pipe = await growthOf(child.pid!, `http://127.0.0.1:${port}`, agent)
+    return { upload: pipe.upload + PROXY_HEADROOM_MB, download: pipe.download + PROXY_HEADROOM_MB, pipe }
+  } finally {
+    agent.destroy()
+    child.kill('SIGKILL')
+  }
+}
+
 t.test(`${STREAM_MB} MB up and down with the proxy's memory flat; keep-alive reuse afterwards`, async (t) => {
   // untracked: the product's memory, without tap's hooks in the child (their
   // loader thread is tap's memory). With them, the download's peak grew
@@ -69,6 +118,8 @@ t.test(`${STREAM_MB} MB up and down with the proxy's memory flat; keep-alive reu
   const pid = s.run.child.pid!
   const agent = new Agent({ keepAlive: true, maxSockets: 1 })
   t.teardown(() => agent.destroy())
+  const bound = await growthBound(t, s.upstream.url)
+  const pipeSaid = (grew: number | undefined): string => grew === undefined ? '' : `; a raw Node pipe grew ${grew.toFixed(0)}`
   for (let i = 0; i < 20; i++) await send(`${s.proxyUrl}/warm`) // JIT and pools warmed
   const baseline = memoryOf(pid).rssMb
   const majorGcsBefore = await majorGcs(s.adminUrl)
@@ -77,12 +128,12 @@ t.test(`${STREAM_MB} MB up and down with the proxy's memory flat; keep-alive reu
     t.equal(await upload(`${s.proxyUrl}/upload`, STREAM_MB, agent), 200)
   })
   // Reported, not asserted: how many full GCs an upload costs depends on how
-  // fast the client sends (src/heap.ts; `npm run bench` is the judge).
+  // fast the client sends (`npm run bench` is the judge).
   t.comment(`upload: ${await majorGcs(s.adminUrl) - majorGcsBefore} full GCs for ${STREAM_MB} MB`)
   const got = s.upstream.received.at(-1)!
   t.equal(got.bodyBytes, STREAM_MB * chunk.length, 'every byte arrived')
   t.ok(got.tokenValid)
-  t.ok(upPeak - baseline < MAX_GROWTH_MB, `upload: RSS ${baseline.toFixed(0)} → peak ${upPeak.toFixed(0)} MB`)
+  t.ok(upPeak - baseline < bound.upload, `upload: RSS ${baseline.toFixed(0)} → peak ${upPeak.toFixed(0)} MB (under ${bound.upload.toFixed(0)}${pipeSaid(bound.pipe?.upload)})`)
 
   const next = await download(`${s.proxyUrl}/after-upload`, agent)
   t.ok(next > 0, 'a GET on the same keep-alive connection after the upload works')
@@ -90,7 +141,7 @@ t.test(`${STREAM_MB} MB up and down with the proxy's memory flat; keep-alive reu
   const downPeak = await peakRss(pid, async () => {
     t.equal(await download(`${s.proxyUrl}/_bytes/${STREAM_MB * chunk.length}`, agent), STREAM_MB * chunk.length)
   })
-  t.ok(downPeak - baseline < MAX_GROWTH_MB, `download: RSS ${baseline.toFixed(0)} → peak ${downPeak.toFixed(0)} MB`)
+  t.ok(downPeak - baseline < bound.download, `download: RSS ${baseline.toFixed(0)} → peak ${downPeak.toFixed(0)} MB (under ${bound.download.toFixed(0)}${pipeSaid(bound.pipe?.download)})`)
 })
 
 t.test('a client that aborts mid-upload aborts the upstream request promptly', async (t) => {
