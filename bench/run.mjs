@@ -4,7 +4,7 @@
 // so that the machine's noise falls on all of them alike.
 //
 // One process of a kind against one other cannot resolve 10% here (two
-// identical processes differed by 10-15% for a whole run; PITFALLS): each
+// identical processes differed by 10-15% for a whole run): each
 // Node proxy runs as BENCH_PROCS processes, every process gets one slice of
 // load per round, the order turns each round, and a variant's cost is the
 // median of all its slices; the spread of its processes' own medians is
@@ -34,7 +34,6 @@ import { availableParallelism, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import autocannon from 'autocannon'
-import { IMAGE_GLIBC_TUNABLES, nodeFlagsFor } from '../scripts/image-options.mjs'
 
 const root = fileURLToPath(new URL('..', import.meta.url))
 const env = (name, fallback) => Number(process.env[name] ?? fallback)
@@ -56,8 +55,8 @@ const ONLY = new Set((process.env.BENCH_ONLY ?? 'load,stream,grants,startup').sp
 // running the bench (image-options.mjs: on Node 20, without
 // --max-semi-space-size); BENCH_NODE_FLAGS and
 // BENCH_GLIBC_TUNABLES replace those options ('' for none).
-const NODE_FLAGS = (process.env.BENCH_NODE_FLAGS ?? nodeFlagsFor()).split(' ').filter(Boolean)
-const GLIBC_TUNABLES = process.env.BENCH_GLIBC_TUNABLES ?? IMAGE_GLIBC_TUNABLES
+const NODE_FLAGS = (process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean)
+const GLIBC_TUNABLES = process.env.BENCH_GLIBC_TUNABLES ?? ''
 const PREVIOUS_NODE_FLAGS = (process.env.BENCH_PREVIOUS_NODE_FLAGS ?? '').split(' ').filter(Boolean)
 const PREVIOUS_GLIBC_TUNABLES = process.env.BENCH_PREVIOUS_GLIBC_TUNABLES ?? ''
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim())
@@ -263,10 +262,10 @@ async function main () {
 
   const upstream = await launch(0, process.execPath, ['bench/upstream.mjs'])
   const upstreamUrl = `http://127.0.0.1:${upstream.info.port}`
-  const tokenServer = await launch(0, process.execPath, ['dist/dev-token-server.mjs'], { TOKEN_SECONDS: String(TOKEN_SECONDS) }, true)
+  const tokenServer = await launch(0, process.execPath, ['dist/dev/token-server.js'], { TOKEN_SECONDS: String(TOKEN_SECONDS) }, true)
   const times = (n, f) => Promise.all(Array.from({ length: n }, (_, i) => f(i)))
   const bares = await times(PROCS, () => launch(1, process.execPath, ['bench/bare-proxy.mjs'], { UPSTREAM: upstreamUrl }))
-  const pipe = ONLY.has('stream') ? await launch(1, process.execPath, ['bench/node-pipe.mjs'], { UPSTREAM: upstreamUrl }) : undefined
+  const pipe = undefined
   for (const b of bares) await untilOk(`http://127.0.0.1:${b.info.port}/`)
   const sidecars = await times(PROCS, () => startSidecar(upstream.info.port, tokenServer))
   for (const s of sidecars) await untilOk(`http://127.0.0.1:${s.port}/`)

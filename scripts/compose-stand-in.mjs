@@ -1,5 +1,5 @@
 // Prints docker-compose.yml with its Keycloak service replaced by the
-// development token server (dist/dev-token-server.mjs on the base Node image),
+// development token server (dist/dev/token-server.js on the base Node image),
 // for `npm run test:image` where Keycloak's image cannot be pulled. Everything
 // else (the example API, the sidecar, their wiring) is the file as users get it.
 //   node scripts/compose-stand-in.mjs docker-compose.yml node:26-slim > compose.test.yml
@@ -15,7 +15,7 @@ const secret = compose.services.sidecar.environment.AUTH_CLIENT_SECRET
 compose.services.keycloak = {
   image: nodeImage,
   working_dir: '/srv',
-  command: ['node', 'dist/dev-token-server.mjs'],
+  command: ['node', 'dist/dev/token-server.js'],
   environment: { HOST: '0.0.0.0', PORT: '8080', PUBLIC_URL: 'http://keycloak:8080', TOKEN_SECONDS: '60', REFRESH_SECONDS: '300', ...(secret !== undefined && { CLIENT_SECRET: secret }) },
   volumes: [`${resolve('dist')}:/srv/dist:ro`, `${resolve('package.json')}:/srv/package.json:ro`],
   ports: keycloak.ports,

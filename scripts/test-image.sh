@@ -52,7 +52,7 @@ if [ -z "$engine" ]; then
 fi
 
 if [ "$engine" = podman ]; then
-  # Debian's podman needs these on these machines (../shared/CONTAINERS.md):
+  # Debian's podman needs these without a systemd and with a hard open-files limit:
   # runc (crun refuses the hybrid cgroup layout), cgroupfs and file events
   # (no systemd), and ulimits within the hard limits.
   nofile=$(ulimit -Hn); [ "$nofile" = unlimited ] && nofile=1048576
@@ -154,7 +154,7 @@ pass "runs as uid 65532"
 
 # --- a running sidecar: token server on the host, API and sidecar in containers ------
 # Host networking keeps everything on this machine's loopback.
-PORT=$TOKENS TOKEN_SECONDS=30 REFRESH_SECONDS=120 node dist/dev-token-server.mjs > /tmp/$PREFIX-tokens.json &
+PORT=$TOKENS TOKEN_SECONDS=30 REFRESH_SECONDS=120 node dist/dev/token-server.js > /tmp/$PREFIX-tokens.json &
 tokens_pid=$!
 for _ in $(seq 1 50); do [ -s /tmp/$PREFIX-tokens.json ] && break; sleep 0.1; done
 issuer="http://127.0.0.1:$TOKENS/auth/realms/service-realm"

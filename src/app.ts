@@ -2,20 +2,21 @@ import type { AddressInfo } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import type { Dispatcher } from 'undici'
 import type pino from 'pino'
-import { AccessLog } from './access-log.js'
 import { buildAdmin } from './admin/server.js'
 import { createMetrics, type Metrics } from './admin/metrics.js'
 import { CredentialStore } from './config/credentials.js'
 import type { Config } from './config/load.js'
 import { createDispatcher } from './dispatcher.js'
-import { QueueDeadlineDispatcher } from './proxy/deadline.js'
+import { responseDeadline } from './proxy/deadline.js'
 import { buildProxy } from './proxy/server.js'
+import { SecretScrubber } from './secrets.js'
+import { AuthServer } from './token/auth-server.js'
 import { BasicAuthorization } from './token/basic.js'
-import type { Clock } from './token/clock.js'
+import { systemClock, type Clock } from './token/clock.js'
 import type { GetJson, PostForm } from './token/grant.js'
 import { createGetJson, createPostForm } from './token/http.js'
-import { TokenManager, type AuthorizationSource } from './token/manager.js'
-import { SecretScrubber } from './secrets.js'
+import { TokenManager } from './token/manager.js'
+import type { AuthorizationSource } from './token/source.js'
 
 export interface AppDeps {
   logger: pino.Logger
@@ -70,7 +71,7 @@ export class ListenError extends Error {
  */
 export const KEEPALIVE_ANNOUNCED_MAX_MS = 60_000
 
-/** Builds the proxy and admin servers without listening (SPEC §3, §5). */
+/** Builds the proxy and admin servers without listening. */
 export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   const { logger } = deps
   const credentials = new CredentialStore(config.credentials)
@@ -78,17 +79,14 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     connections: config.upstream.connections,
     // UPSTREAM_KEEPALIVE_MS when the upstream does not say how long it keeps
     // an idle connection; when it does (`Keep-Alive: timeout=N`), undici
-    // keeps it N less 2 s, up to KEEPALIVE_ANNOUNCED_MAX_MS, as undici and
-    // bare @fastify/http-proxy do by default. Capping every connection at
-    // UPSTREAM_KEEPALIVE_MS instead (before) reconnected the whole pool after
-    // each lull of a few seconds (docs/performance.md has what that cost).
+    // keeps it N less 2 s, up to KEEPALIVE_ANNOUNCED_MAX_MS.
     keepAliveTimeout: config.upstream.keepAliveMs,
     keepAliveMaxTimeout: Math.max(config.upstream.keepAliveMs, KEEPALIVE_ANNOUNCED_MAX_MS),
     headersTimeout: config.upstream.timeoutMs,
     bodyTimeout: config.upstream.idleTimeoutMs
   })
-  // UPSTREAM_TIMEOUT_MS counts the wait for a free pooled connection (SPEC §10.5)
-  const upstreamDispatcher = new QueueDeadlineDispatcher(upstreamPool, config.upstream.timeoutMs)
+  // UPSTREAM_TIMEOUT_MS counts the wait for a free pooled connection too
+  const upstreamDispatcher = upstreamPool.compose(responseDeadline(config.upstream.timeoutMs))
   let tokenDispatcher: Dispatcher | undefined
 
   const secrets = new SecretScrubber()
@@ -110,7 +108,8 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       get ??= createGetJson(tokenDispatcher)
     }
     const { tokenUrl, issuerUrl, alternateTokenUrl, grantType, clientAuth, clientId, scope, params } = config.auth
-    tokens = new TokenManager({
+    const clock = deps.clock ?? systemClock
+    const server = new AuthServer({
       ...(tokenUrl !== undefined && { tokenUrl }),
       ...(issuerUrl !== undefined && { issuerUrl }),
       ...(alternateTokenUrl !== undefined && { alternateTokenUrl }),
@@ -119,10 +118,21 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       credentials,
       post,
       get,
+      timeoutMs: config.token.timeoutMs,
+      clock,
       log: logger.child({ component: 'token' }),
-      ...config.token,
-      ...(deps.clock !== undefined && { clock: deps.clock }),
-      onGrant: (grant, outcome) => metrics.grant(grant, outcome),
+      secrets,
+      onGrant: (grant, outcome) => metrics.grant(grant, outcome)
+    })
+    tokens = new TokenManager({
+      server,
+      credentials,
+      log: logger.child({ component: 'token' }),
+      waitMs: config.token.waitMs,
+      retryMinMs: config.token.retryMinMs,
+      retryMaxMs: config.token.retryMaxMs,
+      rejectedRetryMs: config.token.rejectedRetryMs,
+      clock,
       onLogout: (outcome) => metrics.logout(outcome),
       secrets
     })
@@ -132,13 +142,6 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   metrics = createMetrics(() => tokens.expiresInSeconds(), () => tokens.ready())
 
   const proxyLog = logger.child({ component: 'proxy' })
-  // The access log has fixed, secret-free fields: a child without redaction
-  // keeps its cost off every request. Lines and metrics are written at the
-  // end of each event-loop turn (src/access-log.ts).
-  const accessLog = new AccessLog(
-    config.accessLog ? proxyLog.child({}, { redact: [] }) : undefined,
-    (line) => metrics.request(line.status, line.durationMs / 1000)
-  )
   const { app: proxy, closeWebSockets } = await buildProxy({
     origin: config.upstream.origin,
     basePath: config.upstream.basePath,
@@ -149,7 +152,10 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }),
     tokens,
     log: proxyLog,
-    onResponse: (line) => accessLog.add(line),
+    onResponse: (line) => {
+      if (config.accessLog) proxyLog.info(line, 'request')
+      metrics.request(line.status, line.durationMs / 1000)
+    },
     onUpstreamError: (reason) => metrics.upstreamError(reason)
   })
   if (logger.isLevelEnabled('debug')) logConnections(upstreamPool, proxyLog)
@@ -184,13 +190,11 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     } finally {
       clearInterval(idle)
       clearTimeout(force)
-      accessLog.flush()
       tokens.stop()
       credentials.close()
       if (config.auth.mode === 'oauth2' && config.auth.logoutOnShutdown) {
         // After the drain, within what is left of the grace period and never
-        // longer than one token request (SPEC §9): the exit is not delayed
-        // beyond them.
+        // longer than one token request: the exit is not delayed beyond them.
         await tokens.endSession(Math.min(config.token.timeoutMs, graceMs - (Date.now() - started)))
       }
       await admin.close()

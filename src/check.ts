@@ -153,7 +153,7 @@ async function upstreamStep (app: App, config: Config, args: CheckArgs, say: Say
   const started = performance.now()
   const res = await app.proxy.inject({ method: args.method as 'GET', url: args.path })
   const ms = Math.round(performance.now() - started)
-  // the sidecar's own answer (SPEC §3.7), told apart from the upstream's by its exact body
+  // the sidecar's own answer, told apart from the upstream's by its exact body
   const own = (Object.keys(ERRORS) as ErrorCode[]).find((code) => res.body === errorBody(code))
   if (own === undefined && (res.statusCode === 401 || res.statusCode === 403)) {
     say('FAIL', 'upstream', `${args.method} ${target} answered ${res.statusCode}: the upstream refuses the token. Check what it expects (audience, realm, roles): AUTH_SCOPE, AUTH_TOKEN_PARAMS (audience=...), or the client's mappers`)

@@ -1,7 +1,7 @@
 /**
- * The errors the sidecar itself answers with (SPEC §3.7): one registry of
- * codes, each with its HTTP status. Bodies are `{"error": code, "message": text}`
- * and never carry internal detail.
+ * The errors the sidecar itself answers with: one registry of codes, each
+ * with its HTTP status. Bodies are `{"error": code, "message": text}` and
+ * never carry internal detail.
  */
 export const ERRORS = {
   token_unavailable: { status: 503, message: 'no valid access token is available; retry later' },

@@ -1,5 +1,3 @@
-// first: it sets a global aside while the other modules load (src/fetch-global.ts)
-import { restoreFetchGlobal } from './fetch-global.js'
 import closeWithGrace from 'close-with-grace'
 import { buildApp, ListenError } from './app.js'
 import { ConfigError, loadConfig, type Config } from './config/load.js'
@@ -7,87 +5,70 @@ import { createLogger } from './logger.js'
 import { runCheck } from './check.js'
 import { usage } from './usage.js'
 import { VERSION } from './version.js'
-import { codeCacheOutcome } from './code-cache.js'
 
-restoreFetchGlobal()
-
-/**
- * The process: subcommand or flags, then configuration, then the two
- * listeners. A function, not top-level code: the build makes a CommonJS
- * bundle of this file (for V8's code cache, src/loader.ts), and CommonJS has
- * no top-level await.
- */
-async function main (): Promise<void> {
-  const args = process.argv.slice(2)
-  if (args[0] === 'check') {
-    const code = await runCheck(process.env, args.slice(1), (text) => process.stdout.write(text))
-    process.exit(code)
-  }
-  if (args.includes('--help') || args.includes('-h')) {
-    process.stdout.write(usage())
-    process.exit(0)
-  }
-  if (args.includes('--version') || args.includes('-v')) {
-    process.stdout.write(`${VERSION}\n`)
-    process.exit(0)
-  }
-  if (args.length > 0) {
-    process.stderr.write(`auth-sidecar: unknown argument ${JSON.stringify(args[0]).slice(0, 80)}; see --help\n`)
-    process.exit(2)
-  }
-
-  let config: Config
-  try {
-    config = loadConfig(process.env)
-  } catch (err) {
-    if (!(err instanceof ConfigError)) throw err
-    process.stderr.write(`auth-sidecar: ${err.message}\n`)
-    process.exit(1)
-  }
-
-  const logger = createLogger(config.logLevel)
-  for (const warning of config.warnings) logger.warn({ event: 'config' }, warning)
-  const codeCache = codeCacheOutcome()
-  if (codeCache !== undefined) logger.debug({ event: 'startup', codeCache }, 'code cache')
-  const app = await buildApp(config, { logger })
-
-  closeWithGrace({
-    // app.close() cuts the remaining connections after the grace period;
-    // this is only the backstop should something hang after that.
-    delay: config.shutdownGraceMs + 5_000,
-    logger: { error: (msg: unknown) => logger.error({ detail: String(msg) }, 'shutdown') }
-  }, async ({ signal, err }) => {
-    if (err !== undefined) logger.error({ err }, 'unexpected error: shutting down')
-    else logger.info({ signal, graceMs: config.shutdownGraceMs }, 'shutting down: finishing in-flight requests')
-    await app.close()
-    logger.info({}, 'stopped')
-    logger.flush()
-  })
-
-  try {
-    const { proxy, admin } = await app.listen()
-    logger.info({
-      version: VERSION,
-      proxy: `${proxy.address}:${proxy.port}`,
-      admin: `${admin.address}:${admin.port}`,
-      upstream: config.upstream.origin + config.upstream.basePath,
-      authMode: config.auth.mode,
-      ...(config.auth.mode === 'oauth2' && {
-        grantType: config.auth.grantType,
-        ...(config.auth.tokenUrl !== undefined && { tokenUrl: config.auth.tokenUrl }),
-        ...(config.auth.issuerUrl !== undefined && { issuerUrl: config.auth.issuerUrl }),
-        clientId: config.auth.clientId
-      })
-    }, 'auth-sidecar listening')
-  } catch (err) {
-    // one readable line, like a configuration error: which variable, which address
-    const message = err instanceof ListenError ? err.message : `cannot listen: ${(err as Error).message}`
-    logger.flush()
-    process.stderr.write(`auth-sidecar: ${message}\n`)
-    process.exit(1)
-  }
+const args = process.argv.slice(2)
+if (args[0] === 'check') {
+  const code = await runCheck(process.env, args.slice(1), (text) => process.stdout.write(text))
+  process.exit(code)
+}
+if (args.includes('--help') || args.includes('-h')) {
+  process.stdout.write(usage())
+  process.exit(0)
+}
+if (args.includes('--version') || args.includes('-v')) {
+  process.stdout.write(`${VERSION}\n`)
+  process.exit(0)
+}
+if (args.length > 0) {
+  process.stderr.write(`auth-sidecar: unknown argument ${JSON.stringify(args[0]).slice(0, 80)}; see --help\n`)
+  process.exit(2)
 }
 
-// An error that escapes main() ends the process as an uncaught exception
-// would (closeWithGrace, once registered, logs it and shuts down cleanly).
-main().catch((err: unknown) => { setImmediate(() => { throw err }) })
+let config: Config
+try {
+  config = loadConfig(process.env)
+} catch (err) {
+  if (!(err instanceof ConfigError)) throw err
+  process.stderr.write(`auth-sidecar: ${err.message}\n`)
+  process.exit(1)
+}
+
+const logger = createLogger(config.logLevel)
+for (const warning of config.warnings) logger.warn({ event: 'config' }, warning)
+const app = await buildApp(config, { logger })
+
+closeWithGrace({
+  // app.close() cuts the remaining connections after the grace period;
+  // this is only the backstop should something hang after that.
+  delay: config.shutdownGraceMs + 5_000,
+  logger: { error: (msg: unknown) => logger.error({ detail: String(msg) }, 'shutdown') }
+}, async ({ signal, err }) => {
+  if (err !== undefined) logger.error({ err }, 'unexpected error: shutting down')
+  else logger.info({ signal, graceMs: config.shutdownGraceMs }, 'shutting down: finishing in-flight requests')
+  await app.close()
+  logger.info({}, 'stopped')
+  logger.flush()
+})
+
+try {
+  const { proxy, admin } = await app.listen()
+  logger.info({
+    version: VERSION,
+    proxy: `${proxy.address}:${proxy.port}`,
+    admin: `${admin.address}:${admin.port}`,
+    upstream: config.upstream.origin + config.upstream.basePath,
+    authMode: config.auth.mode,
+    ...(config.auth.mode === 'oauth2' && {
+      grantType: config.auth.grantType,
+      ...(config.auth.tokenUrl !== undefined && { tokenUrl: config.auth.tokenUrl }),
+      ...(config.auth.issuerUrl !== undefined && { issuerUrl: config.auth.issuerUrl }),
+      clientId: config.auth.clientId
+    })
+  }, 'auth-sidecar listening')
+} catch (err) {
+  // one readable line, like a configuration error: which variable, which address
+  const message = err instanceof ListenError ? err.message : `cannot listen: ${(err as Error).message}`
+  logger.flush()
+  process.stderr.write(`auth-sidecar: ${message}\n`)
+  process.exit(1)
+}

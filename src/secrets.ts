@@ -6,7 +6,7 @@ const FORMER_TOKENS = 16
 /**
  * Every secret value the sidecar holds or has held (password, client secret,
  * access and refresh tokens, a proxy's credentials), replaced in any text
- * before it is logged (SPEC §10.7): the auth server or the upstream may echo
+ * before it is logged: the auth server or the upstream may echo
  * what was sent to them, in an error_description or an error message. The
  * values are also matched as they travel in a form (percent-encoded, spaces
  * as `+`). Pino's path redaction stays as the second line of defence.

@@ -1,11 +1,8 @@
-import { collectDefaultMetrics, Counter, Gauge, Registry, type Metric } from 'prom-client'
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
+import type { UpstreamErrorReason } from '../proxy/forward.js'
 import type { GrantType } from '../token/grant.js'
-import type { GrantOutcome, LogoutOutcome } from '../token/manager.js'
+import type { GrantOutcome, LogoutOutcome } from '../token/source.js'
 import { VERSION } from '../version.js'
-import { OneLabelHistogram } from './histogram.js'
-
-/** Why the sidecar answered 502 or 504 itself (SPEC §5). */
-export type UpstreamErrorReason = 'unreachable' | 'timeout' | 'reset'
 
 export interface Metrics {
   registry: Registry
@@ -22,7 +19,7 @@ const OUTCOMES: readonly GrantOutcome[] = ['success', 'rejected', 'error']
 const UPSTREAM_ERROR_REASONS: readonly UpstreamErrorReason[] = ['unreachable', 'timeout', 'reset']
 
 /**
- * The sidecar's Prometheus metrics (SPEC §5); no label ever carries a secret.
+ * The sidecar's Prometheus metrics; no label ever carries a secret.
  * Node's process metrics keep their conventional names (process_cpu_seconds_total,
  * nodejs_heap_size_used_bytes, ...) so that stock dashboards find them, and
  * every failure series exists at 0 from the first scrape, so that an alert on
@@ -71,18 +68,18 @@ export function createMetrics (expiresInSeconds: () => number, ready: () => bool
     registers: [registry],
     collect () { this.set(ready() ? 1 : 0) }
   })
-  const requests = new OneLabelHistogram(
-    `${PREFIX}proxy_request_duration_seconds`,
-    'Proxied requests by response status, with their duration in seconds.',
-    'status',
-    [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
-  )
-  registry.registerMetric(requests as unknown as Metric)
+  const requests = new Histogram({
+    name: `${PREFIX}proxy_request_duration_seconds`,
+    help: 'Proxied requests by response status, with their duration in seconds.',
+    labelNames: ['status'] as const,
+    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [registry]
+  })
 
   return {
     registry,
     grant: (grant, outcome) => grants.inc({ grant_type: grant, outcome }),
-    request: (status, seconds) => requests.observe(status, seconds),
+    request: (status, seconds) => requests.observe({ status }, seconds),
     upstreamError: (reason) => upstreamErrors.inc({ reason }),
     logout: (outcome) => logouts.inc({ outcome })
   }

@@ -10,14 +10,13 @@ export interface AdminOptions {
 }
 
 /**
- * Liveness, readiness and metrics (SPEC §5) on their own listener, so that
+ * Liveness, readiness and metrics on their own listener, so that
  * probes keep answering whatever the proxy port is doing.
  */
 export function buildAdmin (opts: AdminOptions): FastifyInstance {
   const app = Fastify({
     loggerInstance: opts.log as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
-    childLoggerFactory: (logger) => logger,
     frameworkErrors: (_err, _request, reply) => { send(reply, 400, { error: 'bad_request' }) }
   })
   app.get('/healthz', (_request, reply) => { send(reply, 200, { status: 'ok' }) })

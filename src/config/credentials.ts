@@ -1,5 +1,6 @@
 import { unwatchFile, watchFile } from 'node:fs'
-import { readSecretFile, type CredentialSource, type Config } from './load.js'
+import type { Config, CredentialSource } from './types.js'
+import { readSecretFile } from './values.js'
 
 export interface Credentials {
   /** absent with client_credentials */

@@ -1,5 +1,5 @@
 /**
- * Keeps every request inside BASE_URL (SPEC §3.3, §10.6). A target is
+ * Keeps every request inside BASE_URL. A target is
  * refused, not repaired, when it could mean another origin or a path outside
  * the prefix: the absolute and authority forms, `//host`, backslashes, and dot
  * segments however they are encoded, or however a legacy server behind the
@@ -22,7 +22,8 @@ const AMBIGUOUS = /\x00|\xc0[\xae\xaf]|\xc1\x9c|\xe0\x80[\xae\xaf]|\xe0\x81\x9c|
 /** Whether `url` (the raw request target) may be forwarded under the base path. */
 export function isConfined (url: string): boolean {
   if (url.charCodeAt(0) !== 47 /* / */ || url.charCodeAt(1) === 47) return false
-  let path = pathOf(url)
+  const q = url.indexOf('?')
+  let path = q === -1 ? url : url.slice(0, q)
   if (isPlain(path)) return true // the common case: nothing to decode or to read twice
 
   for (let round = 0; round < MAX_DECODE_ROUNDS; round++) {
@@ -38,12 +39,6 @@ export function isConfined (url: string): boolean {
     path = decoded
   }
   return false // still changing after several decodings: refuse rather than guess
-}
-
-/** The request target without its query, as the access log shows it. */
-export function pathOf (url: string): string {
-  const q = url.indexOf('?')
-  return q === -1 ? url : url.slice(0, q)
 }
 
 /** No dot, percent sign, backslash, control or non-ASCII character: nothing anyone reads otherwise. */

@@ -1,5 +1,5 @@
 /**
- * Header rules of the proxy (SPEC §3.2, §3.6): for HTTP on the header
+ * Header rules of the proxy: for HTTP on the header
  * objects @fastify/reply-from hands its hooks, for WebSocket handshakes on
  * Node's flat `rawHeaders`.
  */
@@ -13,7 +13,7 @@ const DROP_REQUEST = new Set([
   'connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect',
   'host', 'authorization', 'proxy-authorization',
   'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'x-request-id',
-  // IIS and some frameworks route by these instead of the path (SPEC §10.6)
+  // IIS and some frameworks route by these instead of the path
   'x-original-url', 'x-rewrite-url'
 ])
 
@@ -22,7 +22,7 @@ const FRAMING = new Set(['content-length', 'transfer-encoding', 'host'])
 
 /**
  * Whether the request's headers must be refused before anything is
- * forwarded (SPEC §10.6): two `Host` headers (which one would the upstream
+ * forwarded: two `Host` headers (which one would the upstream
  * believe?), or a `Connection` header naming a framing header, which a proxy
  * that honours it would drop (a POST whose body then vanishes).
  */
@@ -63,8 +63,7 @@ export type HeaderValues = Record<string, string | string[] | number | undefined
  * The headers of the request sent upstream, from @fastify/reply-from's copy
  * of the client's (`rewriteRequestHeaders`): reply-from has already removed
  * `Connection` and every header it names, so `Connection: authorization`
- * cannot remove what is set here. A new object is built rather than the copy
- * changed in place (PITFALLS: adding properties to it measured 3.4 µs).
+ * cannot remove what is set here.
  */
 export function upstreamRequestHeaders (headers: HeaderValues, clientHost: string | undefined, info: ForwardingInfo): HeaderValues {
   const out: HeaderValues = {}

@@ -28,8 +28,8 @@ export function proxyFor (target: URL, egress: Config['egress']): URL | undefine
 
 /**
  * A `createConnection` for `ws` that opens the WebSocket's connection through
- * an HTTP CONNECT tunnel, TLS to the target verified inside it (SPEC §3.5,
- * §10.1: WebSockets go through HTTP(S)_PROXY like everything else). Node's
+ * an HTTP CONNECT tunnel, TLS to the target verified inside it: WebSockets
+ * go through HTTP(S)_PROXY like everything else. Node's
  * http client waits for the callback.
  */
 export function tunnelThrough (proxy: URL, secure: boolean): (options: { host?: string, port?: number | string, servername?: string }, callback: Callback) => undefined {

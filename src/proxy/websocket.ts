@@ -1,15 +1,15 @@
 import { randomUUID } from 'node:crypto'
 import { STATUS_CODES, type IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
-import type { RawData, WebSocket, WebSocketServer } from 'ws'
+import { WebSocket, WebSocketServer, type RawData } from 'ws'
 import { errorBody, ERRORS, TokenUnavailableError, type ErrorCode } from '../errors.js'
 import type { Logger } from '../logger.js'
-import type { AuthorizationSource } from '../token/manager.js'
+import type { AuthorizationSource } from '../token/source.js'
 import type { Config } from '../config/load.js'
-import { isConfined, pathOf } from './confine.js'
+import { pathOf, type AccessLine } from './access-log.js'
+import { isConfined } from './confine.js'
 import { proxyFor, tunnelThrough } from './tunnel.js'
 import { countHeader, readClientHeaders, websocketHeaders } from './headers.js'
-import type { AccessLine } from './server.js'
 
 export interface WebSocketProxyOptions {
   origin: string
@@ -30,7 +30,7 @@ const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
 const KEY = /^[A-Za-z0-9+/]{22}==$/
 
 /**
- * Why a handshake cannot be forwarded faithfully (SPEC §10.1), or undefined:
+ * Why a handshake cannot be forwarded faithfully, or undefined:
  * decided before anything reaches the upstream.
  */
 export function handshakeProblem (req: IncomingMessage): string | undefined {
@@ -55,15 +55,10 @@ function sendableCode (code: number): number {
   return code
 }
 
-/** `ws`, loaded on the first upgrade: most sidecars never see one, and it costs 40 ms at start-up. */
-interface WsModule { WebSocket: typeof WebSocket, WebSocketServer: typeof WebSocketServer }
-let wsModule: Promise<WsModule> | undefined
-// ws's readyState values (WebSocket is imported as a type only)
-const OPEN = 1
-const CONNECTING = 0
+const { OPEN, CONNECTING } = WebSocket
 
 /**
- * WebSocket upgrades (SPEC §3.4): the upstream handshake carries the
+ * WebSocket upgrades: the upstream handshake carries the
  * sidecar's Authorization and the client's subprotocols; the client's
  * handshake completes only after the upstream's, with the subprotocol the
  * upstream chose. Messages, pings and close codes are relayed; an abnormal
@@ -71,8 +66,7 @@ const CONNECTING = 0
  */
 export class WebSocketProxy {
   readonly #o: WebSocketProxyOptions
-  #wss: WebSocketServer | undefined
-  #ws: WsModule | undefined
+  readonly #wss = new WebSocketServer({ noServer: true, perMessageDeflate: false })
   readonly #target: string
   readonly #open = new Set<WebSocket>()
   /** client sockets whose handshake is under way */
@@ -115,13 +109,8 @@ export class WebSocketProxy {
     }
     if (this.#closing) { socket.destroy(); return }
     this.#pending.add(socket)
-    wsModule ??= import('ws').then((m) => ({ WebSocket: m.WebSocket, WebSocketServer: m.WebSocketServer }))
-    Promise.all([wsModule, this.#o.tokens.authorization()]).then(([ws, authorization]) => {
+    this.#o.tokens.authorization().then((authorization) => {
       if (socket.destroyed) return
-      if (this.#ws === undefined) {
-        this.#ws = ws
-        this.#wss = new ws.WebSocketServer({ noServer: true, perMessageDeflate: false })
-      }
       this.#connect(req, socket, head, url, authorization, requestId, client, (s) => { status = s })
     }).catch((err: unknown) => {
       if (err instanceof TokenUnavailableError) return answer('token_unavailable', err.retryAfterSeconds)
@@ -140,11 +129,11 @@ export class WebSocketProxy {
 
   #connect (req: IncomingMessage, socket: Duplex, head: Buffer, url: string, authorization: string, requestId: string, client: ReturnType<typeof readClientHeaders>, onStatus: (status: number) => void): void {
     const protocols = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim()).filter(Boolean)
-    const upstream = new this.#ws!.WebSocket(this.#target + url, protocols, {
+    const upstream = new WebSocket(this.#target + url, protocols, {
       headers: websocketHeaders(client, { authorization, host: '', requestId, clientIp: req.socket.remoteAddress }),
       perMessageDeflate: false,
       followRedirects: false,
-      // no answer to the handshake in time: 504 (SPEC §10.1)
+      // no answer to the handshake in time: 504
       handshakeTimeout: this.#o.timeoutMs,
       ...(this.#createConnection !== undefined && { createConnection: this.#createConnection as never })
     })
@@ -182,7 +171,7 @@ export class WebSocketProxy {
       upstream.on('message', keep)
       // handleUpgrade asks handleProtocols synchronously, so setting it just
       // before is safe: the client gets the subprotocol the upstream chose.
-      const wss = this.#wss!
+      const wss = this.#wss
       wss.options.handleProtocols = () => upstream.protocol === '' ? false : upstream.protocol
       this.#pending.delete(socket)
       onStatus(101)

@@ -1,5 +1,5 @@
 import type { Credentials } from '../config/credentials.js'
-import type { AuthorizationSource, LogoutResult } from './manager.js'
+import type { AuthorizationSource, LogoutResult } from './source.js'
 
 /** AUTH_MODE=basic: a fixed RFC 7617 header, rebuilt when a credential file changes. */
 export class BasicAuthorization implements AuthorizationSource {

@@ -1,16 +1,12 @@
+import type { ClientAuth, PrimaryGrant } from '../config/load.js'
+
 /**
  * The token endpoint's protocol: building a grant request and checking its
- * answer, kept apart from sending it (see http.ts) and from deciding when to
- * send it (see manager.ts).
+ * answer, kept apart from sending it (see auth-server.ts) and from deciding
+ * when to send it (see manager.ts).
  */
 
-export type GrantType = 'password' | 'client_credentials' | 'refresh_token'
-
-/** The grant that obtains a token from the configured credentials (AUTH_GRANT_TYPE). */
-export type PrimaryGrant = Exclude<GrantType, 'refresh_token'>
-
-/** How the client authenticates to the token endpoint (AUTH_CLIENT_AUTH). */
-export type ClientAuth = 'client_secret_post' | 'client_secret_basic'
+export type GrantType = PrimaryGrant | 'refresh_token'
 
 export interface TokenSet {
   accessToken: string
@@ -85,15 +81,6 @@ export interface GrantRequest {
   authorization?: string
 }
 
-/**
- * The form fields the sidecar sets itself: AUTH_TOKEN_PARAMS may not name
- * them (scope has its own variable, AUTH_SCOPE).
- */
-export const RESERVED_PARAMS: ReadonlySet<string> = new Set([
-  'grant_type', 'client_id', 'client_secret', 'username', 'password', 'refresh_token', 'scope',
-  'client_assertion', 'client_assertion_type'
-])
-
 export function passwordGrant (input: GrantInput, username: string, password: string): GrantRequest {
   return request(input, [['grant_type', 'password'], ['username', username], ['password', password]], true)
 }
@@ -141,7 +128,7 @@ function formEncode (value: string): string {
 }
 
 /**
- * Lifetimes are capped at a year (SPEC §10.2): `expires_in: 1e306` is a
+ * Lifetimes are capped at a year: `expires_in: 1e306` is a
  * number, but times a thousand it is Infinity, and Infinity minus Infinity in
  * the schedule was NaN, a timer of 0 ms and a grant loop. A token that claims
  * to live longer is renewed after half a year, late but never at once.

@@ -1,87 +1,34 @@
-import type { Credentials } from '../config/credentials.js'
 import { TokenUnavailableError } from '../errors.js'
 import type { Logger } from '../logger.js'
-import { SecretScrubber } from '../secrets.js'
+import type { SecretScrubber } from '../secrets.js'
+import type { AuthServer } from './auth-server.js'
 import { MAX_TIMER_MS, systemClock, type Clock } from './clock.js'
-import { checkDiscovery, wellKnownUrl, type Endpoints } from './discovery.js'
-import {
-  checkTokenResponse, clientCredentialsGrant, endSessionRequest, GrantError, isCredentialRejection, oauthErrorOf, passwordGrant,
-  refreshGrant, revocationRequest, type GetJson, type GrantInput, type GrantRequest, type GrantType, type PostForm,
-  type PrimaryGrant, type TokenEndpointResponse, type TokenSet
-} from './grant.js'
+import { wellKnownUrl, type Endpoints } from './discovery.js'
+import { GrantError, isCredentialRejection, type GrantType, type TokenSet } from './grant.js'
 import { backoffDelay, renewalDelay, slowRetryDelay, usableFor } from './schedule.js'
+import { endSession } from './session.js'
+import type { AuthorizationSource, LogoutResult, TokenEvents } from './source.js'
+import type { PrimaryGrant } from '../config/load.js'
 
-export type GrantOutcome = 'success' | 'rejected' | 'error'
-
-/** How ending the session on shutdown went; `skipped`: there was none to end, or no endpoint to end it at. */
-export type LogoutOutcome = 'success' | 'rejected' | 'error' | 'skipped'
-
-export interface LogoutResult {
-  outcome: LogoutOutcome
-  /** one human sentence, secret-free */
-  detail: string
-}
-
-/** 401-caused renewals in a row wait 0, then 1 s, doubling up to 60 s (SPEC §10.3). */
+/** 401-caused renewals in a row wait 0, then 1 s, doubling up to 60 s. */
 export const UPSTREAM_401_BACKOFF_MIN_MS = 1_000
 export const UPSTREAM_401_BACKOFF_MAX_MS = 60_000
 
 export interface TokenManagerOptions {
-  /** undefined: the token endpoint comes from discovery (issuerUrl) */
-  tokenUrl?: string
-  /** AUTH_ISSUER_URL: discovery runs before the first grant */
-  issuerUrl?: string
-  /** the grant that obtains a token from the credentials; password by default */
-  grantType?: PrimaryGrant
-  /** Keycloak's other layout of the same URL, tried once should tokenUrl not be a token endpoint */
-  alternateTokenUrl?: string
-  client: GrantInput
-  credentials: { read(): Credentials, onChange?(listener: () => void): void }
-  post: PostForm
-  /** for discovery; required with issuerUrl */
-  get?: GetJson
+  server: AuthServer
+  /** re-read credentials: a changed file is tried at once after a rejection */
+  credentials: { onChange?(listener: () => void): void }
   log: Logger
-  timeoutMs: number
+  /** longest a request waits for a token being obtained (TOKEN_WAIT_MS) */
   waitMs: number
   retryMinMs: number
   retryMaxMs: number
   rejectedRetryMs: number
   clock?: Clock
   random?: () => number
-  onGrant?: (grant: GrantType, outcome: GrantOutcome) => void
-  onLogout?: (outcome: LogoutOutcome) => void
+  onLogout?: TokenEvents['onLogout']
   /** replaces known secret values in texts before they are logged */
-  secrets?: SecretScrubber
-}
-
-/** What a proxied request needs: an Authorization header value, now or soon. */
-export interface AuthorizationSource {
-  /** The header for a token that is valid now, or undefined. */
-  current(): string | undefined
-  /** The header, waiting (bounded) for a token being obtained; rejects with TokenUnavailableError. */
-  authorization(): Promise<string>
-  /**
-   * The upstream rejected this header: drop it and obtain another, once per
-   * header. Returns whether a new one is being obtained (a replay may wait
-   * for it); false while 401-caused renewals back off, or when another
-   * request's 401 already replaced it.
-   */
-  rejected(header: string): boolean
-  /** The upstream answered something other than 401: 401-caused renewals stop backing off. */
-  accepted(): void
-  /** Whether a valid credential is held (readiness). */
-  ready(): boolean
-  /** Why not ready, in a few words an operator can act on; undefined when ready. */
-  notReadyReason(): string | undefined
-  /** Seconds until the held credential expires; 0 without one. */
-  expiresInSeconds(): number
-  start(): void
-  stop(): void
-  /**
-   * Ends the auth server session the credential opened (SPEC §9), best
-   * effort, within `timeoutMs`; the credential is dropped. Call after stop().
-   */
-  endSession(timeoutMs: number): Promise<LogoutResult>
+  secrets: SecretScrubber
 }
 
 interface HeldToken {
@@ -105,19 +52,19 @@ interface Waiter {
 }
 
 /**
- * Keeps one access token fresh (SPEC §4): the password grant at start, the
- * refresh grant before expiry, the password grant again when the refresh
- * token lapses or is refused, backoff through outages, and never more than
- * one grant request in flight.
+ * Keeps one access token fresh: the password grant at start, the refresh
+ * grant before expiry, the password grant again when the refresh token
+ * lapses or is refused, backoff through outages, and never more than one
+ * grant request in flight.
  */
 export class TokenManager implements AuthorizationSource {
   readonly #o: TokenManagerOptions
+  readonly #server: AuthServer
   readonly #clock: Clock
   readonly #random: () => number
   #token: HeldToken | undefined
   #refresh: HeldRefresh | undefined
   #inflight: Promise<void> | undefined
-  #abort: AbortController | undefined
   #timer: unknown
   /** when the pending retry after a failure is due; undefined when not in backoff */
   #retryAt: number | undefined
@@ -126,12 +73,6 @@ export class TokenManager implements AuthorizationSource {
   #lastFailure = ''
   /** what the last failed grant ran into, for readiness */
   #lastFailureKind: 'credentials' | 'rejected' | 'wrong_url' | 'transient' | 'discovery' | undefined
-  /** undefined until discovery has named it */
-  #tokenUrl: string | undefined
-  /** what discovery found; undefined until it has run (or without AUTH_ISSUER_URL) */
-  #endpoints: Endpoints | undefined
-  /** the other Keycloak layout, until it has been tried */
-  #alternateTokenUrl: string | undefined
   #stopped = false
   readonly #waiters = new Set<Waiter>()
   /** renewals caused by upstream 401s with no other upstream answer in between */
@@ -142,9 +83,8 @@ export class TokenManager implements AuthorizationSource {
 
   constructor (options: TokenManagerOptions) {
     this.#o = options
-    this.#secrets = options.secrets ?? new SecretScrubber()
-    this.#tokenUrl = options.tokenUrl
-    this.#alternateTokenUrl = options.alternateTokenUrl
+    this.#server = options.server
+    this.#secrets = options.secrets
     this.#clock = options.clock ?? systemClock
     this.#random = options.random ?? Math.random
   }
@@ -162,7 +102,7 @@ export class TokenManager implements AuthorizationSource {
   stop (): void {
     this.#stopped = true
     this.#clock.clearTimeout(this.#timer)
-    this.#abort?.abort()
+    this.#server.stop()
     this.#failWaiters(() => true)
   }
 
@@ -180,8 +120,8 @@ export class TokenManager implements AuthorizationSource {
     switch (this.#lastFailureKind) {
       case 'credentials': return 'credentials rejected by the auth server (see the log for its reason)'
       case 'rejected': return 'token request refused by the auth server (see the log for its reason)'
-      case 'wrong_url': return `wrong token URL: ${this.#tokenUrl ?? ''} is not a token endpoint (set AUTH_URL and AUTH_REALM, AUTH_ISSUER_URL, or AUTH_TOKEN_URL)`
-      case 'discovery': return `OpenID Connect discovery at ${wellKnownUrl(this.#o.issuerUrl ?? '')} failed (see the log); retrying`
+      case 'wrong_url': return `wrong token URL: ${this.#server.tokenUrl ?? ''} is not a token endpoint (set AUTH_URL and AUTH_REALM, AUTH_ISSUER_URL, or AUTH_TOKEN_URL)`
+      case 'discovery': return `OpenID Connect discovery at ${wellKnownUrl(this.#server.issuerUrl ?? '')} failed (see the log); retrying`
       case 'transient': return 'token endpoint unreachable or failing; retrying'
       default: return 'no valid access token'
     }
@@ -227,7 +167,7 @@ export class TokenManager implements AuthorizationSource {
     const now = this.#clock.now()
     if (now < this.#next401RenewalAt) {
       // An upstream that rejects every token would otherwise drive a grant
-      // per request (SPEC §10.3): the 401 is relayed and the token kept.
+      // per request : the 401 is relayed and the token kept.
       if (!this.#backoffLogged) this.#o.log.warn({ event: 'token', reason: 'upstream_401', renewalsInARow: this.#renewals401, nextRenewalInMs: Math.round(this.#next401RenewalAt - now) }, 'upstream rejects new tokens too: keeping the token, the next renewal on a 401 waits')
       this.#backoffLogged = true
       return false
@@ -257,12 +197,13 @@ export class TokenManager implements AuthorizationSource {
   }
 
   async #attempt (): Promise<void> {
-    let step: GrantType | 'discovery' = this.#primaryGrant
+    const primary = this.#server.grantType
+    let step: GrantType | 'discovery' = primary
     try {
-      if (this.#needsDiscovery) {
+      if (this.#server.needsDiscovery) {
         step = 'discovery'
-        await this.discover()
-        step = this.#primaryGrant
+        await this.#server.discover()
+        step = primary
       }
       let set: TokenSet | undefined
       const refresh = this.#refresh
@@ -272,16 +213,16 @@ export class TokenManager implements AuthorizationSource {
         this.#refresh = undefined
         step = 'refresh_token'
         try {
-          set = await this.#send(step, refreshGrant(this.#client(), refresh.token))
+          set = await this.#server.refreshGrant(refresh.token)
         } catch (err) {
           if (!(err instanceof GrantError) || err.kind !== 'rejected' || this.#stopped) throw err
-          this.#o.log.info({ event: 'token', grant: step, outcome: 'rejected', reason: this.#secrets.scrub(err.message) }, `refresh token refused: falling back to the ${this.#primaryGrant} grant`)
-          step = this.#primaryGrant
+          this.#o.log.info({ event: 'token', grant: step, outcome: 'rejected', reason: this.#secrets.scrub(err.message) }, `refresh token refused: falling back to the ${primary} grant`)
+          step = primary
         }
       }
       if (set === undefined) {
         this.#refresh = undefined
-        set = await this.#send(step as PrimaryGrant, this.#primaryRequest())
+        set = await this.#server.primaryGrant()
       }
       this.#store(set, step as GrantType)
     } catch (err) {
@@ -290,54 +231,13 @@ export class TokenManager implements AuthorizationSource {
     }
   }
 
-  get #primaryGrant (): PrimaryGrant {
-    return this.#o.grantType ?? 'password'
-  }
-
-  get #needsDiscovery (): boolean {
-    return this.#o.issuerUrl !== undefined && this.#endpoints === undefined
-  }
-
-  /** The client's part of every request: its id, its secret as it is now, the scope and AUTH_TOKEN_PARAMS. */
-  #client (clientSecret = this.#o.credentials.read().clientSecret): GrantInput {
-    this.#secrets.add(clientSecret)
-    const { clientSecret: _configured, ...client } = this.#o.client
-    return { ...client, ...(clientSecret !== undefined && { clientSecret }) }
-  }
-
-  /** The password or client_credentials grant, with the credentials as they are now. */
-  #primaryRequest (): GrantRequest {
-    const creds = this.#o.credentials.read()
-    this.#secrets.add(creds.password)
-    const client = this.#client(creds.clientSecret)
-    return this.#primaryGrant === 'client_credentials'
-      ? clientCredentialsGrant(client)
-      : passwordGrant(client, creds.username ?? '', creds.password ?? '')
-  }
-
-  /**
-   * OpenID Connect discovery (AUTH_ISSUER_URL), once for the process's life:
-   * the token endpoint (unless AUTH_TOKEN_URL is set) and the end-session
-   * and revocation endpoints. Throws a GrantError; undefined without an issuer.
-   */
+  /** Discovery, if configured and not done yet (the `check` command's first step). */
   async discover (): Promise<Endpoints | undefined> {
-    const issuer = this.#o.issuerUrl
-    if (issuer === undefined || this.#o.get === undefined) return undefined
-    if (this.#endpoints !== undefined) return this.#endpoints
-    const url = wellKnownUrl(issuer)
-    this.#o.log.debug({ event: 'discovery', url }, 'discovery request')
-    const res = await this.#bounded(this.#o.timeoutMs, (signal) => this.#o.get!(url, signal), 'discovery')
-    const endpoints = checkDiscovery(issuer, res, this.#tokenUrl === undefined)
-    this.#endpoints = endpoints
-    this.#tokenUrl ??= endpoints.tokenUrl
-    this.#o.log.info({
-      event: 'discovery',
-      issuer,
-      tokenUrl: this.#tokenUrl,
-      endSessionUrl: endpoints.endSessionUrl ?? null,
-      revocationUrl: endpoints.revocationUrl ?? null
-    }, 'discovered the realm\'s endpoints')
-    return endpoints
+    try {
+      return await this.#server.discover()
+    } catch (err) {
+      throw this.#scrubbed(err)
+    }
   }
 
   /**
@@ -347,137 +247,32 @@ export class TokenManager implements AuthorizationSource {
    */
   async grantOnce (): Promise<{ grant: PrimaryGrant, tokenUrl: string, set: TokenSet }> {
     try {
-      await this.discover()
-      const set = await this.#send(this.#primaryGrant, this.#primaryRequest())
-      this.#store(set, this.#primaryGrant)
-      return { grant: this.#primaryGrant, tokenUrl: this.#tokenUrl ?? '', set }
+      await this.#server.discover()
+      const set = await this.#server.primaryGrant()
+      this.#store(set, this.#server.grantType)
+      return { grant: this.#server.grantType, tokenUrl: this.#server.tokenUrl ?? '', set }
     } catch (err) {
-      const e = err instanceof GrantError ? err : new GrantError(String(err), 'transient')
-      throw new GrantError(this.#secrets.scrub(e.message), e.kind, {
-        ...(e.oauthError !== undefined && { oauthError: e.oauthError }),
-        ...(e.status !== undefined && { status: e.status })
-      })
+      throw this.#scrubbed(err)
     }
   }
 
   async endSession (timeoutMs: number): Promise<LogoutResult> {
-    const refresh = this.#refresh
-    const token = this.#token
+    const held = { refreshToken: this.#refresh?.token, accessToken: this.#token?.header.slice('Bearer '.length) }
     this.#refresh = undefined
     this.#token = undefined
-    const { outcome, detail } = await this.#endSession(refresh?.token, token?.header.slice('Bearer '.length), timeoutMs)
+    const { outcome, detail } = await endSession(this.#server, held, timeoutMs)
     const said = this.#secrets.scrub(detail)
     this.#o.onLogout?.(outcome)
     this.#o.log[outcome === 'success' || outcome === 'skipped' ? 'info' : 'warn']({ event: 'logout', outcome }, said)
     return { outcome, detail: said }
   }
 
-  async #endSession (refreshToken: string | undefined, accessToken: string | undefined, timeoutMs: number): Promise<LogoutResult> {
-    if (refreshToken === undefined && accessToken === undefined) return { outcome: 'skipped', detail: 'no session to end: no token was obtained' }
-    const endSessionUrl = this.#endpoints?.endSessionUrl ?? (this.#o.issuerUrl === undefined ? keycloakLogoutUrl(this.#tokenUrl) : undefined)
-    const revocationUrl = this.#endpoints?.revocationUrl
-    let url: string
-    let request: GrantRequest
-    let endpoint: string
-    if (refreshToken !== undefined && endSessionUrl !== undefined) {
-      url = endSessionUrl
-      request = endSessionRequest(this.#client(), refreshToken)
-      endpoint = 'end-session endpoint'
-    } else if (revocationUrl !== undefined) {
-      url = revocationUrl
-      request = revocationRequest(this.#client(), refreshToken ?? accessToken!, refreshToken !== undefined ? 'refresh_token' : 'access_token')
-      endpoint = 'revocation endpoint'
-    } else if (refreshToken === undefined) {
-      return { outcome: 'skipped', detail: 'no session to end: no refresh token was issued and the server offers no revocation endpoint' }
-    } else {
-      return { outcome: 'skipped', detail: 'session left open: no end-session endpoint is known (the token URL does not end in /token; set AUTH_ISSUER_URL)' }
-    }
-    if (timeoutMs <= 0) return { outcome: 'skipped', detail: 'session left open: no time left in the shutdown grace period' }
-    this.#secrets.add(request.authorization?.slice('Basic '.length))
-    try {
-      const res = await this.#bounded(timeoutMs, (signal) => this.#o.post(url, request.form, signal, request.authorization), 'logout')
-      if (res.status >= 200 && res.status < 300) return { outcome: 'success', detail: `session ended: the ${endpoint} ${url} answered ${res.status}` }
-      const answer = oauthErrorOf(res)
-      const error = answer.error?.slice(0, 100)
-      const description = answer.description
-      const what = `the ${endpoint} ${url} answered ${res.status}${error === undefined ? '' : ` ${error}${description === '' ? '' : ` (${description})`}`}`
-      return res.status >= 400 && res.status < 500 && error !== undefined
-        ? { outcome: 'rejected', detail: `session not ended: ${what}` }
-        : { outcome: 'error', detail: `session not ended: ${what}${res.status === 404 || res.status === 405 ? ' (no such endpoint on this server: set AUTH_LOGOUT_ON_SHUTDOWN=false, or AUTH_ISSUER_URL)' : ''}` }
-    } catch (err) {
-      return { outcome: 'error', detail: `session not ended: ${(err as Error).message}` }
-    }
-  }
-
-  async #send (grant: GrantType, request: GrantRequest): Promise<TokenSet> {
-    try {
-      let set: TokenSet
-      try {
-        set = await this.#post(grant, this.#tokenUrl ?? '', request)
-      } catch (err) {
-        const alternate = this.#alternateTokenUrl
-        if (!(err instanceof GrantError) || err.kind !== 'wrong_url' || alternate === undefined || this.#stopped) throw err
-        // Keycloak 17+ serves without /auth, older ones with it: the URL was
-        // derived from AUTH_URL, so the other layout is tried, once.
-        this.#alternateTokenUrl = undefined
-        set = await this.#post(grant, alternate, request).catch((again: unknown) => {
-          // only a token endpoint judges a grant: 400 or 401 with an OAuth error
-          const judged = again instanceof GrantError && again.kind === 'rejected' && (again.status === 400 || again.status === 401) && again.oauthError !== undefined
-          if (!judged) throw err
-          this.#useAlternate(alternate)
-          throw again
-        })
-        this.#useAlternate(alternate)
-      }
-      this.#o.onGrant?.(grant, 'success')
-      return set
-    } catch (err) {
-      this.#o.onGrant?.(grant, (err as GrantError).kind === 'rejected' ? 'rejected' : 'error')
-      throw err
-    }
-  }
-
-  #useAlternate (url: string): void {
-    const configured = this.#tokenUrl
-    this.#tokenUrl = url
-    this.#o.log.warn({ event: 'token', tokenUrl: url, derivedTokenUrl: configured },
-      `the token endpoint answers at ${url}, not at ${configured}: using it. Set AUTH_TOKEN_URL=${url} to skip the first try`)
-  }
-
-  /** One request to the token endpoint at `url`, its answer checked. */
-  async #post (grant: GrantType, url: string, request: GrantRequest): Promise<TokenSet> {
-    // client_secret_basic: a server that echoes the header echoes the secret, Base64'd
-    this.#secrets.add(request.authorization?.slice('Basic '.length))
-    this.#o.log.debug({ event: 'token', grant, tokenUrl: url }, 'token request')
-    const res = await this.#bounded(this.#o.timeoutMs, (signal) => this.#o.post(url, request.form, signal, request.authorization), 'token')
-    this.#o.log.debug({ event: 'token', grant, status: res.status }, 'token endpoint answered')
-    try {
-      return checkTokenResponse(res)
-    } catch (err) {
-      if (err instanceof GrantError && err.kind === 'wrong_url') {
-        throw new GrantError(`POST ${url}: ${err.message}`, 'wrong_url', { ...(err.status !== undefined && { status: err.status }) })
-      }
-      throw err
-    }
-  }
-
-  /** One request to the auth server, aborted after `timeoutMs`; a network error or timeout becomes a transient GrantError. */
-  async #bounded (timeoutMs: number, send: (signal: AbortSignal) => Promise<TokenEndpointResponse>, what: 'token' | 'discovery' | 'logout'): Promise<TokenEndpointResponse> {
-    const abort = new AbortController()
-    const tracked = what !== 'logout'
-    if (tracked) this.#abort = abort
-    const timer = this.#clock.setTimeout(() => abort.abort(), timeoutMs)
-    try {
-      return await send(abort.signal)
-    } catch (err) {
-      const message = abort.signal.aborted
-        ? `${what} request timed out after ${timeoutMs} ms`
-        : `${what} request failed: ${describeNetworkError(err)}`
-      throw new GrantError(message, 'transient', { cause: err })
-    } finally {
-      this.#clock.clearTimeout(timer)
-      if (tracked) this.#abort = undefined
-    }
+  #scrubbed (err: unknown): GrantError {
+    const e = err instanceof GrantError ? err : new GrantError(String(err), 'transient')
+    return new GrantError(this.#secrets.scrub(e.message), e.kind, {
+      ...(e.oauthError !== undefined && { oauthError: e.oauthError }),
+      ...(e.status !== undefined && { status: e.status })
+    })
   }
 
   #store (set: TokenSet, grant: GrantType): void {
@@ -586,18 +381,4 @@ export class TokenManager implements AuthorizationSource {
 
 function secondsUntil (ms: number): number {
   return Math.max(1, Math.ceil(ms / 1000))
-}
-
-/** Keycloak's end-session endpoint: the token URL with its last segment `token` replaced by `logout`. */
-export function keycloakLogoutUrl (tokenUrl: string | undefined): string | undefined {
-  if (tokenUrl === undefined) return undefined
-  const url = new URL(tokenUrl)
-  if (!url.pathname.endsWith('/token')) return undefined
-  url.pathname = `${url.pathname.slice(0, -'token'.length)}logout`
-  return url.href
-}
-
-function describeNetworkError (err: unknown): string {
-  const e = err as { code?: string, message?: string, cause?: { code?: string } }
-  return e.code ?? e.cause?.code ?? e.message ?? 'unknown error'
 }

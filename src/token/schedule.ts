@@ -1,5 +1,5 @@
 /**
- * The timing rules of the token lifecycle (SPEC §4), as pure functions of a
+ * The timing rules of the token lifecycle, as pure functions of a
  * lifetime and a random number in [0, 1).
  */
 

@@ -1,10 +1,8 @@
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { Ajv } from 'ajv'
 import t from 'tap'
 import { ConfigError, loadConfig } from '../../src/config/load.js'
 import { CredentialStore } from '../../src/config/credentials.js'
-import { envJsonSchema } from '../../src/config/schema.js'
 
 const minimal = {
   BASE_URL: 'https://api.internal/v2/',
@@ -242,14 +240,4 @@ t.test('AUTH_ISSUER_URL replaces AUTH_URL; AUTH_TOKEN_URL still wins for the tok
   t.same(problems({ ...minimal, AUTH_ISSUER_URL: 'sso.internal' }), ['AUTH_ISSUER_URL must be an absolute http or https URL'])
   t.equal(loadConfig({ ...minimal, AUTH_LOGOUT_ON_SHUTDOWN: 'false' }, { cwd: '/x' }).auth.mode === 'oauth2' &&
     (loadConfig({ ...minimal, AUTH_LOGOUT_ON_SHUTDOWN: 'false' }, { cwd: '/x' }).auth as { logoutOnShutdown: boolean }).logoutOnShutdown, false)
-})
-
-t.test('the schema is valid JSON Schema: start-up no longer checks it (src/config/load.ts)', async (t) => {
-  const ajv = new Ajv({ allowUnionTypes: true, strict: true })
-  t.ok(ajv.validateSchema(envJsonSchema), JSON.stringify(ajv.errors))
-  // strict mode refuses unknown keywords and formats, which the meta-schema allows
-  t.doesNotThrow(() => ajv.compile(envJsonSchema))
-  // and a mistake of the kind it would catch is caught
-  const broken = { ...envJsonSchema, properties: { ...envJsonSchema.properties, X: { type: 'integr' } } }
-  t.notOk(ajv.validateSchema(broken))
 })

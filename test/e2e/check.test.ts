@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { CHECK_EXIT, runCheck } from '../../src/check.js'
-import { TokenServer, type Fault, type TokenServerOptions } from '../../src/dev/token-server.js'
+import { TokenServer, type Fault, type TokenServerOptions } from '../../dev/token-server.js'
 import { freePort, start } from '../helpers/process.js'
 import { FakeUpstream } from '../helpers/upstream.js'
 

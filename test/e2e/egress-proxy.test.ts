@@ -1,5 +1,5 @@
 import t from 'tap'
-import { TokenServer } from '../../src/dev/token-server.js'
+import { TokenServer } from '../../dev/token-server.js'
 import { send } from '../helpers/build.js'
 import { connectProxy } from '../helpers/connect-proxy.js'
 import { spawnSidecar, untilToken } from '../helpers/process.js'

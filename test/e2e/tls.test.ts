@@ -4,7 +4,7 @@ import { createServer } from 'node:https'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import t from 'tap'
-import { TokenServer } from '../../src/dev/token-server.js'
+import { TokenServer } from '../../dev/token-server.js'
 import { send } from '../helpers/build.js'
 import { spawnSidecar, untilToken } from '../helpers/process.js'
 

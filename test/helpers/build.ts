@@ -3,7 +3,7 @@ import { connect } from 'node:net'
 import type { Test } from 'tap'
 import { buildApp, type App } from '../../src/app.js'
 import { loadConfig } from '../../src/config/load.js'
-import { TokenServer, type Fault, type TokenServerOptions } from '../../src/dev/token-server.js'
+import { TokenServer, type Fault, type TokenServerOptions } from '../../dev/token-server.js'
 import { captureLogger } from './log.js'
 import { FakeUpstream } from './upstream.js'
 
@@ -67,6 +67,24 @@ export async function build (t: Test, env: Record<string, string> = {}, tokenOpt
     adminUrl: `http://127.0.0.1:${admin.port}`,
     log
   }
+}
+
+/** A sidecar whose endpoints come from discovery, with `faults` queued before it starts. */
+export async function buildWithIssuer (t: Test, faults: Fault[] = [], env: Record<string, string> = {}): Promise<Harness> {
+  return await build(t, { AUTH_URL: '', AUTH_ISSUER_URL: '{issuer}', ...env }, {}, { faults })
+}
+
+/** GET with fetch: status and body text. */
+export async function get (url: string): Promise<{ status: number, body: string }> {
+  const res = await fetch(url)
+  return { status: res.status, body: await res.text() }
+}
+
+/** The value of one series in the admin port's /metrics, NaN when absent. */
+export async function metric (adminUrl: string, line: string): Promise<number> {
+  const text = await (await fetch(`${adminUrl}/metrics`)).text()
+  const found = text.split('\n').find((l) => l.startsWith(line + ' '))
+  return found === undefined ? NaN : Number(found.slice(line.length + 1))
 }
 
 /** Waits until `check` is true, polling every 10 ms, failing after `ms`. */

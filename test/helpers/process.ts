@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import type { Test } from 'tap'
-import { TokenServer, type TokenServerOptions } from '../../src/dev/token-server.js'
+import { TokenServer, type TokenServerOptions } from '../../dev/token-server.js'
 import { send, until } from './build.js'
 import { FakeUpstream } from './upstream.js'
 

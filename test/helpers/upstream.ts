@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import type { TokenServer } from '../../src/dev/token-server.js'
+import type { TokenServer } from '../../dev/token-server.js'
 
 export interface Received {
   method: string

@@ -88,14 +88,13 @@ function podFacts (): PodFacts {
  * Returns the check's first line.
  */
 function readAsContainer (t: Test, facts: PodFacts): string {
-  // In /tmp, with a copy of the loader and the bundle: the clone itself may sit under a
+  // In /tmp, with a copy of the bundle: the clone itself may sit under a
   // directory the container's user cannot enter (/root, say).
   const dir = mkdtempSync(join(tmpdir(), 'auth-sidecar-mount-'))
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
   chmodSync(dir, 0o755)
   mkdirSync(join(dir, 'dist'), { mode: 0o755 })
   copyFileSync(main, join(dir, 'dist', 'main.js'))
-  for (const f of ['sidecar.cjs', 'package.json']) copyFileSync(`${root}dist/${f}`, join(dir, 'dist', f))
   copyFileSync(`${root}package.json`, join(dir, 'package.json'))
   const secrets = join(dir, 'secrets')
   mkdirSync(secrets, { mode: 0o755 })

@@ -13,11 +13,10 @@ t.test('multi-stage on a slim current Node LTS', async (t) => {
   t.ok(Number(/^node:(\d+)/.exec(image)?.[1]) % 2 === 0 && Number(/^node:(\d+)/.exec(image)?.[1]) >= 24, 'an even (LTS) major, current')
 })
 
-t.test('the final stage holds the loader, the bundle, its licences, its code cache and package.json only (npm run test:image checks the built image)', async (t) => {
+t.test('the final stage holds the bundle, its licences and package.json only (npm run test:image checks the built image)', async (t) => {
   const copies = final.split('\n').filter((l) => l.startsWith('COPY'))
   t.same(copies.map((l) => l.split(/\s+/).slice(1).join(' ')), [
-    '--from=build /app/dist/package.json /app/dist/main.js /app/dist/sidecar.cjs /app/dist/sidecar.cjs.LEGAL.txt ./dist/',
-    '--from=build /app/dist/code-cache ./dist/code-cache',
+    '--from=build /app/dist/main.js /app/dist/main.js.LEGAL.txt ./dist/',
     'package.json ./'
   ])
   t.notMatch(final, /RUN /, 'nothing run in the final stage')
@@ -39,21 +38,10 @@ t.test('.dockerignore keeps the context small', async (t) => {
   t.match(ignore, /^!src\/$/m)
 })
 
-t.test('the image, npm start and the bench start the sidecar with the same options', async (t) => {
-  const { IMAGE_NODE_FLAGS, IMAGE_GLIBC_TUNABLES } = await import(`${root}scripts/image-options.mjs`) as { IMAGE_NODE_FLAGS: string, IMAGE_GLIBC_TUNABLES: string }
+t.test('start-up options are written once, in the image, and allocator settings nowhere', async (t) => {
   const entrypoint = JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(final)![1]!) as string[]
-  t.same(entrypoint, ['node', ...IMAGE_NODE_FLAGS.split(' '), 'dist/main.js'])
-  t.match(final, new RegExp(`GLIBC_TUNABLES=${IMAGE_GLIBC_TUNABLES}$`, 'm'))
+  t.same(entrypoint, ['node', '--max-semi-space-size=8', 'dist/main.js'])
   const start = (JSON.parse(readFileSync(`${root}package.json`, 'utf8')) as { scripts: { start: string } }).scripts.start
-  t.equal(start, `GLIBC_TUNABLES=${IMAGE_GLIBC_TUNABLES} node ${IMAGE_NODE_FLAGS} dist/main.js`)
-})
-
-t.test('the bench and the flood test give the image\'s options as they are meant for their Node', async (t) => {
-  const { IMAGE_NODE_FLAGS, nodeFlagsFor } = await import(`${root}scripts/image-options.mjs`) as { IMAGE_NODE_FLAGS: string, nodeFlagsFor: (v?: string) => string }
-  const imageMajor = /^ARG NODE_IMAGE=node:(\d+)/m.exec(dockerfile)![1]!
-  t.equal(nodeFlagsFor(`${imageMajor}.0.0`), IMAGE_NODE_FLAGS, 'the image\'s Node gets exactly the ENTRYPOINT\'s options')
-  t.equal(nodeFlagsFor('22.0.0'), IMAGE_NODE_FLAGS)
-  // Node 20's V8 caps the young generation itself; the option cost CPU there
-  t.equal(nodeFlagsFor('v20.18.0'), IMAGE_NODE_FLAGS.replace(' --max-semi-space-size=8', ''))
-  t.notMatch(nodeFlagsFor('20.20.2'), /semi-space/)
+  t.equal(start, 'node dist/main.js')
+  t.notMatch(dockerfile, /GLIBC_TUNABLES|NODE_OPTIONS/)
 })

@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process'
 import t from 'tap'
-import { TokenServer } from '../../src/dev/token-server.js'
+import { TokenServer } from '../../dev/token-server.js'
 import { build, send, until } from '../helpers/build.js'
 import { freePort, root } from '../helpers/process.js'
 

@@ -3,7 +3,7 @@ import { cpSync, existsSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { send, until } from '../helpers/build.js'
-import { TokenServer } from '../../src/dev/token-server.js'
+import { TokenServer } from '../../dev/token-server.js'
 import { freePort, root } from '../helpers/process.js'
 import { FakeUpstream } from '../helpers/upstream.js'
 

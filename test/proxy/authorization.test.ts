@@ -17,7 +17,7 @@ t.test('exactly one Authorization header, the sidecar\'s, whatever the client se
     { 'proxy-authorization': 'Basic YTpi' },
     { connection: 'authorization' },
     { connection: 'close, Authorization', authorization: 'Bearer mine' },
-    { connection: 'x-forwarded-for, x-request-id' } // naming host is refused outright (SPEC §10.6, hostile-input.test.ts)
+    { connection: 'x-forwarded-for, x-request-id' } // naming host is refused outright (hostile-input.test.ts)
   ]
   for (const headers of attempts) {
     const res = await send(`${h.proxyUrl}/whoami`, { headers })

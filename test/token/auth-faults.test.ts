@@ -1,5 +1,5 @@
 import t from 'tap'
-import type { Fault } from '../../src/dev/token-server.js'
+import type { Fault } from '../../dev/token-server.js'
 import { build, send, until } from '../helpers/build.js'
 
 const FAULTS: Array<[string, Fault]> = [

@@ -1,7 +1,7 @@
 import t from 'tap'
 import { checkDiscovery } from '../../src/token/discovery.js'
 import { clientCredentialsGrant, endSessionRequest, GrantError, passwordGrant, refreshGrant, revocationRequest } from '../../src/token/grant.js'
-import { keycloakLogoutUrl } from '../../src/token/manager.js'
+import { keycloakLogoutUrl } from '../../src/token/session.js'
 
 const post = { clientId: 'legacy-app', clientSecret: 's3cret', scope: 'openid', params: [['audience', 'api'], ['resource', 'https://a']] as Array<[string, string]> }
 

@@ -1,7 +1,9 @@
 import t, { type Test } from 'tap'
 import { TokenUnavailableError } from '../../src/errors.js'
 import { MAX_TIMER_MS } from '../../src/token/clock.js'
-import { TokenManager, type TokenManagerOptions } from '../../src/token/manager.js'
+import { SecretScrubber } from '../../src/secrets.js'
+import { AuthServer } from '../../src/token/auth-server.js'
+import { TokenManager } from '../../src/token/manager.js'
 import { FakeClock, settle } from '../helpers/fake-clock.js'
 import { captureLogger } from '../helpers/log.js'
 import { keycloakError, ScriptedEndpoint, tokenAnswer } from '../helpers/scripted-endpoint.js'
@@ -11,26 +13,36 @@ const CLIENT_SECRET = 'client-s3cret-value'
 /** every log line of every test, searched for secrets by the last test */
 const allLines: string[] = []
 
-function setup (t: Test, overrides: Partial<TokenManagerOptions> = {}, random = 0.5) {
+function setup (t: Test, random = 0.5) {
   const clock = new FakeClock()
   const endpoint = new ScriptedEndpoint()
   const log = captureLogger()
+  const secrets = new SecretScrubber()
   let creds = { username: 'svc', password: PASSWORD, clientSecret: CLIENT_SECRET }
   let changed: (() => void) | undefined
-  const manager = new TokenManager({
+  const credentials = { read: () => creds, onChange: (l: () => void) => { changed = l } }
+  const server = new AuthServer({
     tokenUrl: 'http://auth.invalid/token',
+    grantType: 'password',
     client: { clientId: 'legacy-app', scope: 'openid' },
-    credentials: { read: () => creds, onChange: (l) => { changed = l } },
+    credentials,
     post: endpoint.post,
-    log: log.logger,
     timeoutMs: 10_000,
+    clock,
+    log: log.logger,
+    secrets
+  })
+  const manager = new TokenManager({
+    server,
+    credentials,
+    log: log.logger,
     waitMs: 5_000,
     retryMinMs: 1_000,
     retryMaxMs: 30_000,
     rejectedRetryMs: 60_000,
     clock,
     random: () => random,
-    ...overrides
+    secrets
   })
   t.teardown(() => {
     manager.stop()
@@ -61,7 +73,7 @@ t.test('password grant at start; not ready until it succeeds', async (t) => {
 })
 
 t.test('start-up failures are retried with capped, growing backoff, and never give up', async (t) => {
-  const { clock, endpoint, manager, log } = setup(t, {}, 1)
+  const { clock, endpoint, manager, log } = setup(t, 1)
   endpoint.fallback = () => ({ status: 503, body: '<html>Service Unavailable</html>' })
   manager.start()
   await clock.advance(0)
@@ -83,7 +95,7 @@ t.test('start-up failures are retried with capped, growing backoff, and never gi
 
 t.test('renewal starts after half the lifetime and is planned to finish before 90%', async (t) => {
   for (const random of [0, 0.5, 0.999]) {
-    const { clock, endpoint, manager } = setup(t, {}, random)
+    const { clock, endpoint, manager } = setup(t, random)
     endpoint.queue.push(tokenAnswer(100))
     manager.start()
     await clock.advance(0)
@@ -153,7 +165,7 @@ t.test('no refresh token: renewal uses the password grant', async (t) => {
 })
 
 t.test('auth-server outage: the current token stays in use while valid, with backoff', async (t) => {
-  const { clock, endpoint, manager } = setup(t, {}, 0)
+  const { clock, endpoint, manager } = setup(t, 0)
   const first = tokenAnswer(100)
   endpoint.queue.push(first)
   manager.start()
@@ -295,7 +307,7 @@ t.test('a ten-year lifetime neither overflows the timer nor renews at once', asy
 })
 
 t.test('a one-second lifetime renews every half second or more, not in a loop', async (t) => {
-  const { clock, endpoint, manager } = setup(t, {}, 0)
+  const { clock, endpoint, manager } = setup(t, 0)
   endpoint.fallback = () => tokenAnswer(1)
   manager.start()
   await clock.advance(0)

@@ -4,11 +4,11 @@
  * renewals show in the log within a minute.
  */
 import type { AddressInfo } from 'node:net'
-import { buildApp, ListenError } from './app.js'
-import { loadConfig } from './config/load.js'
-import { createEchoUpstream } from './dev/echo-upstream.js'
-import { TokenServer } from './dev/token-server.js'
-import { createLogger } from './logger.js'
+import { buildApp, ListenError } from '../src/app.js'
+import { loadConfig } from '../src/config/load.js'
+import { createLogger } from '../src/logger.js'
+import { createEchoUpstream } from './echo-upstream.js'
+import { TokenServer } from './token-server.js'
 
 const tokenServer = new TokenServer({ accessTokenSeconds: 30, refreshTokenSeconds: 120 })
 await tokenServer.listen()

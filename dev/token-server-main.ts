@@ -1,5 +1,5 @@
 /**
- * `node dist/dev-token-server.mjs`: the development token server as a process
+ * `node dist/dev/token-server.js`: the development token server as a process
  * of its own (for the benchmark, and standing in for Keycloak in the image
  * check's compose run). Prints one JSON line with its URLs.
  * TOKEN_SECONDS sets the access token lifetime (default 10), REFRESH_SECONDS

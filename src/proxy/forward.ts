@@ -1,0 +1,141 @@
+import httpProxy from '@fastify/http-proxy'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import type { Dispatcher } from 'undici'
+import type { Logger } from '../logger.js'
+import type { AuthorizationSource } from '../token/source.js'
+import { relayedResponseHeaders, upstreamRequestHeaders, type HeaderValues } from './headers.js'
+import { sendError, sendTokenUnavailable } from './replies.js'
+
+/** Why the sidecar answered 502 or 504 itself. */
+export type UpstreamErrorReason = 'unreachable' | 'timeout' | 'reset'
+
+export interface ForwardOptions {
+  /** `scheme://host[:port]` of BASE_URL */
+  origin: string
+  /** BASE_URL's path without the trailing slash, '' for none */
+  basePath: string
+  /** every method forwarded */
+  methods: string[]
+  /** verifies TLS; closed by whoever created it */
+  dispatcher: Dispatcher
+  tokens: AuthorizationSource
+  log: Logger
+  /** the sidecar answered 502 or 504 itself, for this reason */
+  onUpstreamError: (reason: UpstreamErrorReason) => void
+}
+
+/** Idempotent methods without a body may be sent again when a pooled socket turned out dead. */
+const RETRYABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
+/** The errors of a kept-alive socket that the upstream closed under the request. */
+const STALE_SOCKET_ERRORS = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE'])
+/** Errors that mean the upstream took the connection but closed it under the request. */
+const RESET_ERRORS = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE', 'UND_ERR_CLOSED'])
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** the upstream path http-proxy computed, for a replay */
+    sidecarDestination: string
+    sidecarReplayed: boolean
+  }
+}
+
+/**
+ * Every route: @fastify/http-proxy over the sidecar's own undici dispatcher,
+ * with what the plugin's defaults get wrong for a credential-injecting proxy
+ * set here: the dispatcher verifies TLS and keeps UPSTREAM_TIMEOUT_MS for the
+ * response headers apart from UPSTREAM_IDLE_TIMEOUT_MS for a silent body;
+ * errors are the sidecar's JSON, never internal detail; only a stale pooled
+ * socket is retried; an upstream 401 renews the token and replays a request
+ * without a body.
+ */
+export const forward = fp<ForwardOptions>(async function forward (app: FastifyInstance, o: ForwardOptions) {
+  const upstreamHost = new URL(o.origin).host
+  app.decorateRequest('sidecarDestination', '')
+  app.decorateRequest('sidecarReplayed', false)
+
+  /** http-proxy's reply options (ours, with its header rewriting), for a replay */
+  let routeOptions: object | undefined
+  await app.register(httpProxy, {
+    upstream: o.origin + o.basePath,
+    httpMethods: o.methods,
+    undici: o.dispatcher as never,
+    disableRequestLogging: true,
+    // Location is relayed as the upstream wrote it: redirects are the client's to follow.
+    internalRewriteLocationHeader: false,
+    // WebSockets have the sidecar's own upgrade handler (src/proxy/websocket.ts).
+    websocket: false,
+    handler (request, reply, dest, options) {
+      request.sidecarDestination = dest
+      routeOptions = options
+      return reply.from(dest, options)
+    },
+    replyOptions: {
+      rewriteRequestHeaders (request, headers) {
+        const h = headers as HeaderValues
+        // Fastify does not read a GET or HEAD body, so none is sent: the
+        // upstream must not wait for one.
+        if (request.method === 'GET' || request.method === 'HEAD') h['content-length'] = undefined
+        return upstreamRequestHeaders(h, request.raw.headers.host, {
+          authorization: request.sidecarAuthorization,
+          host: upstreamHost,
+          requestId: request.id,
+          clientIp: request.raw.socket.remoteAddress
+        }) as Record<string, string>
+      },
+      rewriteHeaders (headers, request) {
+        return relayedResponseHeaders(headers as HeaderValues, (request as FastifyRequest).id) as Record<string, string>
+      },
+      // Only a stale pooled socket, once, for a bodiless idempotent request;
+      // reply-from's default retries a GET answered 503 ten times.
+      retryDelay ({ err, req, attempt }) {
+        if (attempt > 0 || err == null) return null
+        const code = (err as { code?: string }).code ?? ''
+        const body = (req as { body?: unknown } | undefined)?.body
+        if (!STALE_SOCKET_ERRORS.has(code) || !RETRYABLE_METHODS.has(req?.method ?? '') || (body != null && body !== '')) return null
+        return 1 // ms; reply-from takes 0 for "no retry"
+      },
+      onResponse (request, reply, res) {
+        const stream = res.stream as NodeJS.ReadableStream & { destroy(): void }
+        if (reply.sent) return stream.destroy() // an invalid status code was already answered 502
+        if (res.statusCode === 401) return upstreamRejected(request as FastifyRequest, reply as FastifyReply, res.stream)
+        o.tokens.accepted()
+        reply.send(res.stream)
+      },
+      onError (reply, { error }) {
+        const cause = (error as { cause?: { code?: string } }).cause
+        const code = cause?.code ?? (error as { code?: string }).code
+        const timedOut = code === 'UND_ERR_HEADERS_TIMEOUT' || (error as { statusCode?: number }).statusCode === 504
+        o.log.warn({ requestId: reply.request.id, upstreamError: code ?? error.name }, 'upstream request failed')
+        o.onUpstreamError(timedOut ? 'timeout' : RESET_ERRORS.has(code ?? '') ? 'reset' : 'unreachable')
+        sendError(reply as FastifyReply, timedOut ? 'upstream_timeout' : 'upstream_unreachable')
+      }
+    }
+  })
+
+  /**
+   * Upstream 401: the token is dropped and renewed (once per rejected token,
+   * in the token manager); a request without a body is sent once more with
+   * the new token, one with a body gets the 401.
+   */
+  function upstreamRejected (request: FastifyRequest, reply: FastifyReply, body: unknown): void {
+    const renewing = o.tokens.rejected(request.sidecarAuthorization)
+    if (!renewing || request.sidecarReplayed || hasBody(request.raw.headers as HeaderValues)) {
+      reply.send(body)
+      return
+    }
+    request.sidecarReplayed = true
+    ;(body as NodeJS.ReadableStream).resume()
+    // nothing of the 401 may leak into the replay's answer
+    for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name)
+    o.tokens.authorization().then((header) => {
+      request.sidecarAuthorization = header
+      reply.from(request.sidecarDestination, routeOptions)
+    }, (err: unknown) => sendTokenUnavailable(reply, err))
+  }
+}, { name: 'auth-sidecar-forward', dependencies: ['auth-sidecar-authorize'] })
+
+function hasBody (headers: HeaderValues): boolean {
+  const length = headers['content-length']
+  return headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0')
+}

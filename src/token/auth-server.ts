@@ -1,0 +1,223 @@
+import type { Credentials } from '../config/credentials.js'
+import type { PrimaryGrant } from '../config/load.js'
+import type { Logger } from '../logger.js'
+import type { SecretScrubber } from '../secrets.js'
+import type { Clock } from './clock.js'
+import { checkDiscovery, wellKnownUrl, type Endpoints } from './discovery.js'
+import {
+  checkTokenResponse, clientCredentialsGrant, GrantError, passwordGrant, refreshGrant,
+  type GetJson, type GrantInput, type GrantRequest, type GrantType, type PostForm, type TokenEndpointResponse, type TokenSet
+} from './grant.js'
+import type { TokenEvents } from './source.js'
+
+export interface AuthServerOptions extends TokenEvents {
+  /** undefined: the token endpoint comes from discovery (issuerUrl) */
+  tokenUrl?: string
+  /** AUTH_ISSUER_URL: discovery runs before the first grant */
+  issuerUrl?: string
+  /** Keycloak's other layout of the same URL, tried once should tokenUrl not be a token endpoint */
+  alternateTokenUrl?: string
+  /** the grant that obtains a token from the credentials */
+  grantType: PrimaryGrant
+  client: GrantInput
+  credentials: { read(): Credentials }
+  post: PostForm
+  /** for discovery; required with issuerUrl */
+  get?: GetJson
+  /** longest wait for one request */
+  timeoutMs: number
+  clock: Clock
+  log: Logger
+  secrets: SecretScrubber
+}
+
+export type RequestPurpose = 'token' | 'discovery' | 'logout'
+
+/**
+ * The auth server as the token lifecycle sees it: discovery once, then
+ * grants sent to the token endpoint with the credentials as they are at that
+ * moment, each bounded by TOKEN_TIMEOUT_MS, each answer checked. It decides
+ * nothing about when to send; every failure is a GrantError.
+ */
+export class AuthServer {
+  readonly #o: AuthServerOptions
+  /** undefined until discovery has named it */
+  #tokenUrl: string | undefined
+  /** what discovery found; undefined until it has run (or without AUTH_ISSUER_URL) */
+  #endpoints: Endpoints | undefined
+  /** the other Keycloak layout, until it has been tried */
+  #alternateTokenUrl: string | undefined
+  /** the grant or discovery request in flight, aborted by stop() */
+  #abort: AbortController | undefined
+  #stopped = false
+
+  constructor (options: AuthServerOptions) {
+    this.#o = options
+    this.#tokenUrl = options.tokenUrl
+    this.#alternateTokenUrl = options.alternateTokenUrl
+  }
+
+  get grantType (): PrimaryGrant {
+    return this.#o.grantType
+  }
+
+  get tokenUrl (): string | undefined {
+    return this.#tokenUrl
+  }
+
+  get issuerUrl (): string | undefined {
+    return this.#o.issuerUrl
+  }
+
+  get endpoints (): Endpoints | undefined {
+    return this.#endpoints
+  }
+
+  get needsDiscovery (): boolean {
+    return this.#o.issuerUrl !== undefined && this.#endpoints === undefined
+  }
+
+  /** Aborts the request in flight; nothing more is sent but the session ending. */
+  stop (): void {
+    this.#stopped = true
+    this.#abort?.abort()
+  }
+
+  /**
+   * OpenID Connect discovery (AUTH_ISSUER_URL), once for the process's life:
+   * the token endpoint (unless AUTH_TOKEN_URL is set) and the end-session
+   * and revocation endpoints. Undefined without an issuer.
+   */
+  async discover (): Promise<Endpoints | undefined> {
+    const issuer = this.#o.issuerUrl
+    if (issuer === undefined || this.#o.get === undefined) return undefined
+    if (this.#endpoints !== undefined) return this.#endpoints
+    const url = wellKnownUrl(issuer)
+    this.#o.log.debug({ event: 'discovery', url }, 'discovery request')
+    const res = await this.request('discovery', this.#o.timeoutMs, (signal) => this.#o.get!(url, signal))
+    const endpoints = checkDiscovery(issuer, res, this.#tokenUrl === undefined)
+    this.#endpoints = endpoints
+    this.#tokenUrl ??= endpoints.tokenUrl
+    this.#o.log.info({
+      event: 'discovery',
+      issuer,
+      tokenUrl: this.#tokenUrl,
+      endSessionUrl: endpoints.endSessionUrl ?? null,
+      revocationUrl: endpoints.revocationUrl ?? null
+    }, 'discovered the realm\'s endpoints')
+    return endpoints
+  }
+
+  /** The configured grant (password or client_credentials), with the credentials as they are now. */
+  async primaryGrant (): Promise<TokenSet> {
+    return await this.#send(this.grantType, this.#primaryRequest())
+  }
+
+  /** The refresh grant; the refresh token is sent once, whatever the answer. */
+  async refreshGrant (refreshToken: string): Promise<TokenSet> {
+    return await this.#send('refresh_token', refreshGrant(this.client(), refreshToken))
+  }
+
+  /** The client's part of every request: its id, its secret as it is now, the scope and AUTH_TOKEN_PARAMS. */
+  client (clientSecret = this.#o.credentials.read().clientSecret): GrantInput {
+    this.#o.secrets.add(clientSecret)
+    const { clientSecret: _configured, ...client } = this.#o.client
+    return { ...client, ...(clientSecret !== undefined && { clientSecret }) }
+  }
+
+  #primaryRequest (): GrantRequest {
+    const creds = this.#o.credentials.read()
+    this.#o.secrets.add(creds.password)
+    const client = this.client(creds.clientSecret)
+    return this.grantType === 'client_credentials'
+      ? clientCredentialsGrant(client)
+      : passwordGrant(client, creds.username ?? '', creds.password ?? '')
+  }
+
+  async #send (grant: GrantType, request: GrantRequest): Promise<TokenSet> {
+    try {
+      let set: TokenSet
+      try {
+        set = await this.#post(grant, this.#tokenUrl ?? '', request)
+      } catch (err) {
+        const alternate = this.#alternateTokenUrl
+        if (!(err instanceof GrantError) || err.kind !== 'wrong_url' || alternate === undefined || this.#stopped) throw err
+        // Keycloak 17+ serves without /auth, older ones with it: the URL was
+        // derived from AUTH_URL, so the other layout is tried, once.
+        this.#alternateTokenUrl = undefined
+        set = await this.#post(grant, alternate, request).catch((again: unknown) => {
+          // only a token endpoint judges a grant: 400 or 401 with an OAuth error
+          const judged = again instanceof GrantError && again.kind === 'rejected' && (again.status === 400 || again.status === 401) && again.oauthError !== undefined
+          if (!judged) throw err
+          this.#useAlternate(alternate)
+          throw again
+        })
+        this.#useAlternate(alternate)
+      }
+      this.#o.onGrant?.(grant, 'success')
+      return set
+    } catch (err) {
+      this.#o.onGrant?.(grant, (err as GrantError).kind === 'rejected' ? 'rejected' : 'error')
+      throw err
+    }
+  }
+
+  #useAlternate (url: string): void {
+    const configured = this.#tokenUrl
+    this.#tokenUrl = url
+    this.#o.log.warn({ event: 'token', tokenUrl: url, derivedTokenUrl: configured },
+      `the token endpoint answers at ${url}, not at ${configured}: using it. Set AUTH_TOKEN_URL=${url} to skip the first try`)
+  }
+
+  /** One request to the token endpoint at `url`, its answer checked. */
+  async #post (grant: GrantType, url: string, request: GrantRequest): Promise<TokenSet> {
+    // client_secret_basic: a server that echoes the header echoes the secret, Base64'd
+    this.#o.secrets.add(request.authorization?.slice('Basic '.length))
+    this.#o.log.debug({ event: 'token', grant, tokenUrl: url }, 'token request')
+    const res = await this.request('token', this.#o.timeoutMs, (signal) => this.#o.post(url, request.form, signal, request.authorization))
+    this.#o.log.debug({ event: 'token', grant, status: res.status }, 'token endpoint answered')
+    try {
+      return checkTokenResponse(res)
+    } catch (err) {
+      if (err instanceof GrantError && err.kind === 'wrong_url') {
+        throw new GrantError(`POST ${url}: ${err.message}`, 'wrong_url', { ...(err.status !== undefined && { status: err.status }) })
+      }
+      throw err
+    }
+  }
+
+  /**
+   * One request to the auth server, aborted after `timeoutMs`; a network
+   * error or timeout becomes a transient GrantError. Token and discovery
+   * requests are also aborted by stop(); the session ending, which runs
+   * after it, is not.
+   */
+  async request (purpose: RequestPurpose, timeoutMs: number, send: (signal: AbortSignal) => Promise<TokenEndpointResponse>): Promise<TokenEndpointResponse> {
+    const abort = new AbortController()
+    const tracked = purpose !== 'logout'
+    if (tracked) this.#abort = abort
+    const timer = this.#o.clock.setTimeout(() => abort.abort(), timeoutMs)
+    try {
+      return await send(abort.signal)
+    } catch (err) {
+      const message = abort.signal.aborted
+        ? `${purpose} request timed out after ${timeoutMs} ms`
+        : `${purpose} request failed: ${describeNetworkError(err)}`
+      throw new GrantError(message, 'transient', { cause: err })
+    } finally {
+      this.#o.clock.clearTimeout(timer)
+      if (tracked && this.#abort === abort) this.#abort = undefined
+    }
+  }
+
+  /** Sends a form to one of the server's endpoints (end-session, revocation). */
+  async postForm (url: string, request: GrantRequest, timeoutMs: number): Promise<TokenEndpointResponse> {
+    this.#o.secrets.add(request.authorization?.slice('Basic '.length))
+    return await this.request('logout', timeoutMs, (signal) => this.#o.post(url, request.form, signal, request.authorization))
+  }
+}
+
+function describeNetworkError (err: unknown): string {
+  const e = err as { code?: string, message?: string, cause?: { code?: string } }
+  return e.code ?? e.cause?.code ?? e.message ?? 'unknown error'
+}

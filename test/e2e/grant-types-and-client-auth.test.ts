@@ -1,0 +1,83 @@
+import t from 'tap'
+import { build, CLIENT_SECRET, get, metric, until } from '../helpers/build.js'
+
+const CLIENT_CREDENTIALS = { AUTH_GRANT_TYPE: 'client_credentials', AUTH_USERNAME: '', AUTH_PASSWORD: '' }
+
+t.test('client_credentials: a service account without a user; renewal is a new client_credentials grant', async (t) => {
+  const h = await build(t, CLIENT_CREDENTIALS)
+  await until(() => h.app.tokens.ready())
+  const first = h.tokenServer.grants[0]!
+  t.equal(first.grantType, 'client_credentials')
+  t.equal(first.form.client_id, 'legacy-app')
+  t.equal(first.form.client_secret, CLIENT_SECRET)
+  t.notOk('username' in first.form || 'password' in first.form, 'no user credentials are sent')
+  t.equal((await get(`${h.proxyUrl}/_verify`)).status, 200, 'the token is accepted upstream')
+
+  // Keycloak issues no refresh token here: a rejected token is replaced by a new grant
+  h.tokenServer.revoke(h.app.tokens.current()!.slice('Bearer '.length))
+  t.equal((await get(`${h.proxyUrl}/_verify`)).status, 200, 'renewed and replayed')
+  t.same(h.tokenServer.grants.map((g) => g.grantType), ['client_credentials', 'client_credentials'])
+  t.equal(await metric(h.adminUrl, 'auth_sidecar_token_grants_total{grant_type="client_credentials",outcome="success"}'), 2)
+})
+
+t.test('client_credentials: a refresh token, when one is issued, is used as for the password grant', async (t) => {
+  const h = await build(t, CLIENT_CREDENTIALS, { clientCredentialsRefresh: true })
+  await until(() => h.app.tokens.ready())
+  h.tokenServer.revoke(h.app.tokens.current()!.slice('Bearer '.length))
+  t.equal((await get(`${h.proxyUrl}/_verify`)).status, 200)
+  t.same(h.tokenServer.grants.map((g) => g.grantType), ['client_credentials', 'refresh_token'])
+})
+
+t.test('client_credentials: Keycloak\'s refusals are configuration errors, said plainly', async (t) => {
+  const publicClient = await build(t, CLIENT_CREDENTIALS, { clients: { 'legacy-app': undefined } })
+  await until(() => publicClient.log.lines.some((l) => l.includes('unauthorized_client')))
+  const line = publicClient.log.records().find((r) => r.outcome === 'rejected')!
+  t.equal(line.level, 50, 'logged at error level')
+  t.match(line.reason, /401 unauthorized_client \(Public client not allowed to retrieve service account\): the client is public; client_credentials needs a confidential client/)
+  t.equal(publicClient.tokenServer.grants.length, 1, 'retried slowly, not at once')
+  t.match((await get(`${publicClient.adminUrl}/readyz`)).body, /refused|rejected/)
+
+  const disabled = await build(t, CLIENT_CREDENTIALS, { serviceAccounts: false })
+  await until(() => disabled.log.lines.some((l) => l.includes('unauthorized_client')))
+  t.match(disabled.log.records().find((r) => r.outcome === 'rejected')!.reason, /400 unauthorized_client \(Client not enabled to retrieve service account\): turn on "Service accounts roles"/)
+})
+
+t.test('client_secret_basic: the client id and secret form-encoded and Base64\'d in a header, not in the form', async (t) => {
+  const secret = 'a:b+c%/ é&='
+  const h = await build(t, { AUTH_CLIENT_AUTH: 'client_secret_basic', AUTH_CLIENT_SECRET: secret }, { clients: { 'legacy-app': secret } })
+  await until(() => h.app.tokens.ready())
+  const first = h.tokenServer.grants[0]!
+  t.equal(first.status, 200, 'the server decoded the header to the right client and secret')
+  t.equal(first.clientAuth, 'basic')
+  t.notOk('client_id' in first.form || 'client_secret' in first.form)
+  // the refresh grant authenticates the same way
+  h.tokenServer.revoke(h.app.tokens.current()!.slice('Bearer '.length))
+  t.equal((await get(`${h.proxyUrl}/_verify`)).status, 200)
+  t.same(h.tokenServer.grants.map((g) => [g.grantType, g.clientAuth, g.status]), [['password', 'basic', 200], ['refresh_token', 'basic', 200]])
+})
+
+t.test('client_secret_basic: a token server echoing the Authorization header has it scrubbed from the log', async (t) => {
+  const secret = 'basic-secret-0f9e8d'
+  const header = Buffer.from(`legacy-app:${secret}`).toString('base64')
+  const h = await build(t, { AUTH_CLIENT_AUTH: 'client_secret_basic', AUTH_CLIENT_SECRET: secret }, { clients: { 'legacy-app': secret } }, {
+    faults: [{ status: 503, body: JSON.stringify({ error: 'temporarily_unavailable', error_description: `saw Authorization: Basic ${header}` }) }]
+  })
+  await until(() => h.app.tokens.ready())
+  t.match(h.log.lines.join('\n'), /saw Authorization: Basic \[redacted\]/, 'the failure was logged, scrubbed')
+  t.notMatch(h.log.lines.join('\n'), header)
+  t.notMatch(h.log.lines.join('\n'), secret)
+})
+
+t.test('AUTH_TOKEN_PARAMS: sent with every grant, decoded, repeated names kept', async (t) => {
+  const h = await build(t, { AUTH_TOKEN_PARAMS: 'audience=orders-api&resource=https%3A%2F%2Fa.example&resource=https%3A%2F%2Fb.example' })
+  await until(() => h.app.tokens.ready())
+  h.tokenServer.revoke(h.app.tokens.current()!.slice('Bearer '.length))
+  t.equal((await get(`${h.proxyUrl}/_verify`)).status, 200)
+  t.equal(h.tokenServer.grants.length, 2)
+  for (const g of h.tokenServer.grants) {
+    t.same(g.params.filter(([n]) => n === 'audience' || n === 'resource'), [
+      ['audience', 'orders-api'], ['resource', 'https://a.example'], ['resource', 'https://b.example']
+    ], `${g.grantType} grant`)
+    t.equal(g.form.grant_type, g.grantType, 'the sidecar\'s own fields are untouched')
+  }
+})
