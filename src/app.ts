@@ -7,8 +7,8 @@ import { createMetrics, type Metrics } from './admin/metrics.js'
 import { CredentialStore } from './config/credentials.js'
 import type { Config } from './config/load.js'
 import { createDispatcher } from './dispatcher.js'
-import { responseDeadline } from './proxy/deadline.js'
 import { buildProxy } from './proxy/server.js'
+import { UpstreamDispatcher } from './proxy/upstream.js'
 import { SecretScrubber } from './secrets.js'
 import { AuthServer } from './token/auth-server.js'
 import { BasicAuthorization } from './token/basic.js'
@@ -85,8 +85,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     headersTimeout: config.upstream.timeoutMs,
     bodyTimeout: config.upstream.idleTimeoutMs
   })
-  // UPSTREAM_TIMEOUT_MS counts the wait for a free pooled connection too
-  const upstreamDispatcher = upstreamPool.compose(responseDeadline(config.upstream.timeoutMs))
+  const upstreamDispatcher = new UpstreamDispatcher(upstreamPool, config.upstream.timeoutMs)
   let tokenDispatcher: Dispatcher | undefined
 
   const secrets = new SecretScrubber()
@@ -142,6 +141,9 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   metrics = createMetrics(() => tokens.expiresInSeconds(), () => tokens.ready())
 
   const proxyLog = logger.child({ component: 'proxy' })
+  // An access line has fixed fields, none secret; pino's redaction paths
+  // cost a sixth of a proxied request's CPU when checked on every line.
+  const accessLogger = proxyLog.child({}, { redact: [] })
   const { app: proxy, closeWebSockets } = await buildProxy({
     origin: config.upstream.origin,
     basePath: config.upstream.basePath,
@@ -153,7 +155,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     tokens,
     log: proxyLog,
     onResponse: (line) => {
-      if (config.accessLog) proxyLog.info(line, 'request')
+      if (config.accessLog) accessLogger.info(line, 'request')
       metrics.request(line.status, line.durationMs / 1000)
     },
     onUpstreamError: (reason) => metrics.upstreamError(reason)

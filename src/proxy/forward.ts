@@ -1,3 +1,4 @@
+import type { ServerResponse } from 'node:http'
 import httpProxy from '@fastify/http-proxy'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
@@ -6,6 +7,7 @@ import type { Logger } from '../logger.js'
 import type { AuthorizationSource } from '../token/source.js'
 import { relayedResponseHeaders, upstreamRequestHeaders, type HeaderValues } from './headers.js'
 import { sendError, sendTokenUnavailable } from './replies.js'
+import { kClientResponse } from './upstream.js'
 
 /** Why the sidecar answered 502 or 504 itself. */
 export type UpstreamErrorReason = 'unreachable' | 'timeout' | 'reset'
@@ -37,6 +39,8 @@ declare module 'fastify' {
     /** the upstream path http-proxy computed, for a replay */
     sidecarDestination: string
     sidecarReplayed: boolean
+    /** the client's response, so that the upstream dispatcher can tell whether the client is still there */
+    sidecarResponse: ServerResponse | undefined
   }
 }
 
@@ -53,6 +57,7 @@ export const forward = fp<ForwardOptions>(async function forward (app: FastifyIn
   const upstreamHost = new URL(o.origin).host
   app.decorateRequest('sidecarDestination', '')
   app.decorateRequest('sidecarReplayed', false)
+  app.decorateRequest('sidecarResponse', undefined)
 
   /** http-proxy's reply options (ours, with its header rewriting), for a replay */
   let routeOptions: object | undefined
@@ -67,6 +72,7 @@ export const forward = fp<ForwardOptions>(async function forward (app: FastifyIn
     websocket: false,
     handler (request, reply, dest, options) {
       request.sidecarDestination = dest
+      request.sidecarResponse = reply.raw
       routeOptions = options
       return reply.from(dest, options)
     },
@@ -76,12 +82,13 @@ export const forward = fp<ForwardOptions>(async function forward (app: FastifyIn
         // Fastify does not read a GET or HEAD body, so none is sent: the
         // upstream must not wait for one.
         if (request.method === 'GET' || request.method === 'HEAD') h['content-length'] = undefined
-        return upstreamRequestHeaders(h, request.raw.headers.host, {
+        const out = upstreamRequestHeaders(h, request.raw.headers.host, {
           authorization: request.sidecarAuthorization,
           host: upstreamHost,
           requestId: request.id,
           clientIp: request.raw.socket.remoteAddress
-        }) as Record<string, string>
+        })
+        return Object.assign(out, { [kClientResponse]: request.sidecarResponse }) as Record<string, string>
       },
       rewriteHeaders (headers, request) {
         return relayedResponseHeaders(headers as HeaderValues, (request as FastifyRequest).id) as Record<string, string>
@@ -105,6 +112,8 @@ export const forward = fp<ForwardOptions>(async function forward (app: FastifyIn
       onError (reply, { error }) {
         const cause = (error as { cause?: { code?: string } }).cause
         const code = cause?.code ?? (error as { code?: string }).code
+        // the client left: nothing to answer, and nothing the upstream did
+        if (code === 'AUTH_SIDECAR_CLIENT_GONE') return
         const timedOut = code === 'UND_ERR_HEADERS_TIMEOUT' || (error as { statusCode?: number }).statusCode === 504
         o.log.warn({ requestId: reply.request.id, upstreamError: code ?? error.name }, 'upstream request failed')
         o.onUpstreamError(timedOut ? 'timeout' : RESET_ERRORS.has(code ?? '') ? 'reset' : 'unreachable')

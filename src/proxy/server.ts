@@ -62,6 +62,10 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
     // The access log is the sidecar's own line per request (src/proxy/access-log.ts).
     logController: new LogController({ disableRequestLogging: true }),
     genReqId: requestIdOf,
+    // Nothing is logged through a request's own logger (lines carry the
+    // request id themselves); a child logger per request re-ran pino's
+    // redaction on its bindings, a few percent of a request's CPU.
+    childLoggerFactory: (logger) => logger,
     // A long upload is not cut by a whole-request timeout; slow headers are:
     // Node answers 408 and closes.
     requestTimeout: 0,
@@ -84,7 +88,7 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
     if (err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500) {
       return sendError(reply, 'bad_request', { status: err.statusCode === 405 ? 405 : 400 })
     }
-    request.log.error({ requestId: request.id, err: { type: err.name, code: (err as { code?: string }).code } }, 'internal error')
+    o.log.error({ requestId: request.id, err: { type: err.name, code: (err as { code?: string }).code } }, 'internal error')
     sendError(reply, 'internal_error')
   })
 
