@@ -63,14 +63,16 @@ export type Fault =
 interface Session { id: string, user: string, active: boolean, started: number }
 interface RefreshState { session: Session, expiresAt: number | undefined, used: boolean }
 
+/** Keycloak 26.7's answers, as the real server gives them (test/keycloak/ runs against it). */
 const KC = {
-  badUser: { status: 401, error: 'invalid_grant', description: 'Invalid user credentials' },
-  badClient: { status: 401, error: 'invalid_client', description: 'Invalid client or Invalid client credentials' },
+  badUser: { status: 400, error: 'invalid_grant', description: 'Invalid user credentials' },
+  unknownClient: { status: 401, error: 'invalid_client', description: 'Invalid client or Invalid client credentials' },
+  badClientSecret: { status: 401, error: 'unauthorized_client', description: 'Invalid client or Invalid client credentials' },
   notActive: { status: 400, error: 'invalid_grant', description: 'Token is not active' },
   sessionGone: { status: 400, error: 'invalid_grant', description: 'Session not active' },
-  stale: { status: 400, error: 'invalid_grant', description: 'Stale token' },
+  stale: { status: 400, error: 'invalid_grant', description: 'Maximum allowed refresh token reuse exceeded' },
   publicServiceAccount: { status: 401, error: 'unauthorized_client', description: 'Public client not allowed to retrieve service account' },
-  noServiceAccount: { status: 400, error: 'unauthorized_client', description: 'Client not enabled to retrieve service account' },
+  noServiceAccount: { status: 401, error: 'unauthorized_client', description: 'Client not enabled to retrieve service account' },
   badRefresh: { status: 400, error: 'invalid_grant', description: 'Invalid refresh token' }
 }
 
@@ -271,14 +273,14 @@ export class TokenServer {
       const basic = /^Basic ([A-Za-z0-9+/=]+)$/i.exec(authorization)
       const decoded = basic === null ? '' : Buffer.from(basic[1]!, 'base64').toString('utf8')
       const colon = decoded.indexOf(':')
-      if (colon === -1) return kcError(KC.badClient)
+      if (colon === -1) return kcError(KC.unknownClient)
       const formDecode = (v: string): string => new URLSearchParams(`v=${v}`).get('v') ?? ''
       clientId = formDecode(decoded.slice(0, colon))
       given = formDecode(decoded.slice(colon + 1))
     }
-    if (clientId === undefined || !(clientId in this.clients)) return kcError(KC.badClient)
+    if (clientId === undefined || !(clientId in this.clients)) return kcError(KC.unknownClient)
     const secret = this.clients[clientId]
-    if (secret !== undefined && given !== secret) return kcError(KC.badClient)
+    if (secret !== undefined && given !== secret) return kcError(KC.badClientSecret)
     return { clientId }
   }
 
@@ -327,7 +329,7 @@ export class TokenServer {
     if (!('clientId' in client)) return client
     const state = this.#refresh.get(form.refresh_token ?? '')
     if (state === undefined || (state.expiresAt !== undefined && state.expiresAt <= Date.now())) return kcError(KC.badRefresh)
-    if (!state.session.active) return kcError(KC.sessionGone)
+    // an ended session is ended again without complaint
     state.session.active = false
     return { status: 204 }
   }

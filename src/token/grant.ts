@@ -210,7 +210,9 @@ function errorFromResponse (res: TokenEndpointResponse): GrantError {
       ? ': the client is public; client_credentials needs a confidential client (Client authentication on) and AUTH_CLIENT_SECRET'
       : /not enabled to retrieve service account/i.test(description)
         ? ': turn on "Service accounts roles" for this client in Keycloak (a configuration error)'
-        : ''
+        : /not allowed for direct access grants/i.test(description)
+          ? ': turn on "Direct access grants" for this client in Keycloak (a configuration error)'
+          : ''
   return new GrantError(what + hint, 'rejected', { status: res.status, ...(oauthError !== undefined && { oauthError }) })
 }
 

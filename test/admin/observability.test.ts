@@ -63,7 +63,7 @@ t.test('LOG_LEVEL=debug: each token request and answer status, retry decisions, 
   await until(() => h.app.tokens.ready(), 5_000).catch(() => {})
   const debug = h.log.records().filter((r) => r.level === 20)
   t.ok(debug.some((r) => r.msg === 'token request' && r.grant === 'password' && typeof r.tokenUrl === 'string'))
-  t.ok(debug.some((r) => r.msg === 'token endpoint answered' && r.status === 401))
+  t.ok(debug.some((r) => r.msg === 'token endpoint answered' && r.status === 400))
   t.ok(debug.some((r) => r.msg === 'token request will be retried' && typeof r.retryInMs === 'number'))
   const ok = await build(t, { LOG_LEVEL: 'debug' })
   await until(() => ok.app.tokens.ready())

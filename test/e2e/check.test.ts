@@ -92,7 +92,7 @@ t.test('check: rejected credentials fail the grant step (exit 4), once, saying w
   const s = await servers(t)
   const { code, lines, output } = await check({ ...s.env, AUTH_PASSWORD: 'wrong-password' })
   t.equal(code, CHECK_EXIT.grant)
-  t.match(lines.at(-1), /^FAIL grant: token endpoint answered 401 invalid_grant \(Invalid user credentials\)\. Check AUTH_USERNAME and AUTH_PASSWORD/)
+  t.match(lines.at(-1), /^FAIL grant: token endpoint answered 400 invalid_grant \(Invalid user credentials\)\. Check AUTH_USERNAME and AUTH_PASSWORD/)
   t.equal(s.tokenServer.grants.length, 1, 'one grant, no retries')
   t.notMatch(output, 'wrong-password')
 })

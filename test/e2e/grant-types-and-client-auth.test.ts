@@ -39,7 +39,7 @@ t.test('client_credentials: Keycloak\'s refusals are configuration errors, said 
 
   const disabled = await build(t, CLIENT_CREDENTIALS, { serviceAccounts: false })
   await until(() => disabled.log.lines.some((l) => l.includes('unauthorized_client')))
-  t.match(disabled.log.records().find((r) => r.outcome === 'rejected')!.reason, /400 unauthorized_client \(Client not enabled to retrieve service account\): turn on "Service accounts roles"/)
+  t.match(disabled.log.records().find((r) => r.outcome === 'rejected')!.reason, /401 unauthorized_client \(Client not enabled to retrieve service account\): turn on "Service accounts roles"/)
 })
 
 t.test('client_secret_basic: the client id and secret form-encoded and Base64\'d in a header, not in the form', async (t) => {

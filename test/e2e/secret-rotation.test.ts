@@ -13,7 +13,7 @@ t.test('a rotated password file is used at once, cutting the rejected-credential
   }, { users: { 'service-user': 'new-password' }, clients: { 'legacy-app': 'client-secret-1' } }, false)
 
   await until(() => s.tokenServer.grants.length === 1)
-  t.equal(s.tokenServer.grants[0]!.status, 401, 'the old password is rejected')
+  t.equal(s.tokenServer.grants[0]!.status, 400, 'the old password is rejected')
   t.equal((await send(`${s.adminUrl}/readyz`)).status, 503)
 
   // as the kubelet does: a new file moved into place

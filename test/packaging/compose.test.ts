@@ -38,6 +38,11 @@ t.test('Keycloak: a pinned current image, start-dev under /auth, the realm impor
   t.match(keycloak!.healthcheck!.test.join(' '), /health\/ready/)
 })
 
+t.test('compose runs the Keycloak version the tests run against (scripts/keycloak.mjs)', async (t) => {
+  const { KEYCLOAK_VERSION } = await import(`${root}scripts/keycloak.mjs`) as { KEYCLOAK_VERSION: string }
+  t.equal(keycloak!.image, `quay.io/keycloak/keycloak:${KEYCLOAK_VERSION}`)
+})
+
 t.test('the realm: service-realm, a client with direct access grants, a ready service user, short lifetimes', async (t) => {
   t.equal(realm.realm, 'service-realm')
   t.equal(realm.enabled, true)

@@ -15,7 +15,7 @@ t.test('no token to be had: 503 token_unavailable with Retry-After, nothing forw
   t.equal(h.upstream.received.length, 0, 'not forwarded')
   t.equal(h.tokenServer.grants.length, 1, 'the request caused no extra grant (credentials rejected: slow retry)')
   const errors = h.log.records().filter((r) => r.level === 50 && r.component === 'token')
-  t.match(errors[0], { grant: 'password', outcome: 'rejected', reason: /401 invalid_grant \(Invalid user credentials\)/ })
+  t.match(errors[0], { grant: 'password', outcome: 'rejected', reason: /400 invalid_grant \(Invalid user credentials\)/ })
 })
 
 t.test('a slow auth server: requests wait for the grant in flight (bounded), then go out', async (t) => {

@@ -1,0 +1,158 @@
+// The real Keycloak for the tests: the official server distribution from
+// Maven Central, run with a JDK of this machine on loopback.
+//
+//   node scripts/keycloak.mjs install        fetch (Maven) and build both layouts; what .ci/run does
+//   node scripts/keycloak.mjs serve <dir>    start both, write <dir>/state.json, stop when told or
+//                                            when the process that started it is gone (tap's before)
+//
+// Two servers run, one per path layout: Keycloak 17+ serves at the root,
+// earlier versions (and `--http-relative-path=/auth`) under /auth. Each has
+// an in-memory database, so every test run starts from nothing; tests create
+// their own realms through the admin API from the files in test/keycloak/.
+import { execFileSync, spawn, spawnSync } from 'node:child_process'
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync, openSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { homedir } from 'node:os'
+import { join } from 'node:path'
+
+export const KEYCLOAK_VERSION = '26.7.3'
+export const ADMIN = { username: 'admin', password: 'admin-password-for-tests' }
+export const LAYOUTS = { root: '/', auth: '/auth' }
+/** Build options: a server built with others is rebuilt. */
+const BUILD_OPTIONS = ['--db=dev-mem', '--health-enabled=true', '--features=dpop,client-auth-federated,kubernetes-service-accounts']
+
+const cacheRoot = join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'auth-sidecar', `keycloak-${KEYCLOAK_VERSION}`)
+
+/** A JDK Keycloak supports, newest first: JAVA_HOME if set, else one under /usr/lib/jvm. */
+export function javaHome () {
+  const candidates = process.env.JAVA_HOME ? [process.env.JAVA_HOME] : []
+  if (existsSync('/usr/lib/jvm')) {
+    const dirs = readdirSync('/usr/lib/jvm').map((d) => join('/usr/lib/jvm', d))
+    for (const major of [25, 21, 17]) candidates.push(...dirs.filter((d) => new RegExp(`[-.]${major}([-.]|$)`).test(d)))
+  }
+  for (const dir of candidates) {
+    if (existsSync(join(dir, 'bin', 'java'))) return dir
+  }
+  throw new Error('no JDK found: set JAVA_HOME or install OpenJDK 17, 21 or 25 under /usr/lib/jvm')
+}
+
+/** The unpacked distribution, fetched through Maven (its local repository caches the zip). */
+export function fetchDistribution () {
+  const dist = join(cacheRoot, 'dist')
+  if (existsSync(join(dist, 'bin', 'kc.sh'))) return dist
+  mkdirSync(cacheRoot, { recursive: true })
+  const download = join(cacheRoot, 'download')
+  rmSync(download, { recursive: true, force: true })
+  const mvn = spawnSync('mvn', ['-q', '-B', 'dependency:copy', `-Dartifact=org.keycloak:keycloak-quarkus-dist:${KEYCLOAK_VERSION}:zip`, `-DoutputDirectory=${download}`], { encoding: 'utf8', env: { ...process.env, JAVA_HOME: javaHome() } })
+  if (mvn.error !== undefined) throw new Error(`cannot run mvn (${mvn.error.code}): install Maven (Debian: apt-get install maven)`)
+  if (mvn.status !== 0) throw new Error(`mvn could not fetch org.keycloak:keycloak-quarkus-dist:${KEYCLOAK_VERSION}:zip: ${(mvn.stdout + mvn.stderr).trim().split('\n').slice(-3).join(' ')}`)
+  execFileSync('unzip', ['-q', '-o', join(download, `keycloak-quarkus-dist-${KEYCLOAK_VERSION}.zip`), '-d', download])
+  renameSync(join(download, `keycloak-${KEYCLOAK_VERSION}`), dist)
+  rmSync(download, { recursive: true, force: true })
+  return dist
+}
+
+/** A copy of the distribution built for one path layout (the build is what makes starts quick). */
+export function buildLayout (layout) {
+  const home = join(cacheRoot, layout)
+  const options = [...BUILD_OPTIONS, ...(layout === 'auth' ? ['--http-relative-path=/auth'] : [])]
+  const marker = join(home, '.auth-sidecar-build')
+  if (existsSync(marker) && readFileSync(marker, 'utf8') === options.join(' ')) return home
+  const dist = fetchDistribution()
+  rmSync(home, { recursive: true, force: true })
+  execFileSync('cp', ['-r', dist, home])
+  const build = spawnSync(join(home, 'bin', 'kc.sh'), ['build', ...options], { encoding: 'utf8', env: { ...process.env, JAVA_HOME: javaHome() } })
+  if (build.status !== 0) throw new Error(`kc.sh build failed: ${(build.stdout + build.stderr).trim().split('\n').slice(-5).join(' ')}`)
+  writeFileSync(marker, options.join(' '))
+  return home
+}
+
+async function freePort () {
+  return await new Promise((resolve) => {
+    const s = createServer().listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)) })
+  })
+}
+
+async function untilReady (url, child, timeoutMs) {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`Keycloak exited with code ${child.exitCode} while starting`)
+    try {
+      const res = await fetch(url)
+      if (res.ok) return
+    } catch {}
+    await new Promise((resolve) => setTimeout(resolve, 250))
+  }
+  throw new Error(`Keycloak was not ready within ${timeoutMs / 1000} s`)
+}
+
+/** Starts one layout; resolves once /health/ready answers. */
+async function startLayout (layout, dir) {
+  const home = buildLayout(layout)
+  const [port, management] = [await freePort(), await freePort()]
+  const log = openSync(join(dir, `keycloak-${layout}.log`), 'w')
+  const child = spawn(join(home, 'bin', 'kc.sh'), [
+    'start', '--optimized', '--http-enabled=true', '--hostname-strict=false',
+    '--http-host=127.0.0.1', `--http-port=${port}`, `--http-management-port=${management}`, '--log-level=warn'
+  ], {
+    env: {
+      ...process.env,
+      JAVA_HOME: javaHome(),
+      JAVA_OPTS_KC_HEAP: '-Xms64m -Xmx768m',
+      KC_BOOTSTRAP_ADMIN_USERNAME: ADMIN.username,
+      KC_BOOTSTRAP_ADMIN_PASSWORD: ADMIN.password
+    },
+    stdio: ['ignore', log, log],
+    detached: true
+  })
+  const prefix = LAYOUTS[layout] === '/' ? '' : LAYOUTS[layout]
+  await untilReady(`http://127.0.0.1:${management}${prefix}/health/ready`, child, 180_000)
+  return { child, info: { layout, url: `http://127.0.0.1:${port}${prefix}`, pid: child.pid } }
+}
+
+/**
+ * Serves a test run: both layouts, then `state.json` in `dir` with their
+ * URLs (or the reason they could not start). Ends, taking Keycloak with it,
+ * on SIGTERM or once the process `watch` is gone.
+ */
+async function serve (dir, watch) {
+  mkdirSync(dir, { recursive: true })
+  const state = join(dir, 'state.json')
+  const write = (s) => { writeFileSync(`${state}.tmp`, JSON.stringify(s)); renameSync(`${state}.tmp`, state) }
+  const children = []
+  const stop = () => {
+    for (const c of children) { try { process.kill(-c.pid, 'SIGKILL') } catch {} }
+    process.exit(0)
+  }
+  process.on('SIGTERM', stop)
+  process.on('SIGINT', stop)
+  if (watch !== undefined) {
+    setInterval(() => { try { process.kill(watch, 0) } catch { stop() } }, 2_000).unref()
+  }
+  write({ status: 'starting', version: KEYCLOAK_VERSION })
+  try {
+    const started = await Promise.all(Object.keys(LAYOUTS).map(async (layout) => {
+      const s = await startLayout(layout, dir)
+      children.push(s.child)
+      return s
+    }))
+    write({ status: 'ready', version: KEYCLOAK_VERSION, java: javaHome(), admin: ADMIN, servers: Object.fromEntries(started.map((s) => [s.info.layout, s.info])) })
+  } catch (err) {
+    write({ status: 'failed', version: KEYCLOAK_VERSION, reason: err.message })
+    for (const c of children) { try { process.kill(-c.pid, 'SIGKILL') } catch {} }
+    process.exit(0)
+  }
+  // stays until stopped
+  setInterval(() => {}, 60_000)
+}
+
+const [command, arg, watch] = process.argv.slice(2)
+if (command === 'install') {
+  for (const layout of Object.keys(LAYOUTS)) console.log(`keycloak ${KEYCLOAK_VERSION} (${layout} layout): ${buildLayout(layout)}`)
+  console.log(`java: ${javaHome()}`)
+} else if (command === 'serve') {
+  await serve(arg, watch === undefined ? undefined : Number(watch))
+} else if (command !== undefined) {
+  console.error('usage: node scripts/keycloak.mjs install | serve <dir> [pid to watch]')
+  process.exit(2)
+}

@@ -1,0 +1,152 @@
+import { randomBytes } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import t, { type Test } from 'tap'
+import { root, runDir } from '../keycloak/run-dir.js'
+
+/** Keycloak as test/keycloak/before.mjs started it for this run. */
+interface RunState {
+  status: 'starting' | 'ready' | 'failed' | 'off'
+  version?: string
+  reason?: string
+  admin?: { username: string, password: string }
+  servers?: Record<Layout, { url: string }>
+}
+
+export type Layout = 'root' | 'auth'
+
+let connected: Promise<Record<Layout, KeycloakServer> | string> | undefined
+
+/** The run's Keycloak servers, once ready; a string says why there are none. */
+async function connect (): Promise<Record<Layout, KeycloakServer> | string> {
+  const started = Date.now()
+  for (;;) {
+    let state: RunState | undefined
+    try { state = JSON.parse(readFileSync(join(runDir, 'state.json'), 'utf8')) as RunState } catch {}
+    if (state?.status === 'ready') {
+      const { admin, servers } = state as Required<RunState>
+      return { root: new KeycloakServer('root', servers.root.url, admin), auth: new KeycloakServer('auth', servers.auth.url, admin) }
+    }
+    if (state?.status === 'failed' || state?.status === 'off') return `real Keycloak ${state.version ?? ''} unavailable: ${state.reason ?? 'no reason given'}`
+    if (state === undefined && Date.now() - started > 10_000) {
+      return 'real Keycloak not started: tap\'s before script (test/keycloak/before.ts) did not run; run the tests with tap, as npm test does'
+    }
+    if (Date.now() - started > 300_000) return `real Keycloak not ready after 300 s (its logs: ${runDir})`
+    await new Promise((resolve) => setTimeout(resolve, 500))
+  }
+}
+
+/**
+ * A test against the real Keycloak: skipped, with the reason, when it could
+ * not be started here; a failure under CI=true, where it must run.
+ */
+export function keycloakTest (name: string, fn: (t: Test, kc: Record<Layout, KeycloakServer>) => Promise<void>, options: { timeout?: number } = {}): void {
+  connected ??= connect()
+  t.test(name, { timeout: options.timeout ?? 300_000 }, async (t) => {
+    const servers = await connected!
+    if (typeof servers === 'string') {
+      if (process.env.CI === 'true') t.fail(servers)
+      else t.plan(0, servers)
+      return
+    }
+    await fn(t, servers)
+  })
+}
+
+interface Json { [key: string]: unknown }
+
+/** One Keycloak server, through its admin REST API. */
+export class KeycloakServer {
+  #token: { value: string, until: number } | undefined
+
+  constructor (readonly layout: Layout, readonly url: string, readonly admin: { username: string, password: string }) {}
+
+  /** The admin API's answer to `method path`; throws on a status other than 2xx. */
+  async api<T = unknown> (method: string, path: string, body?: unknown): Promise<T> {
+    const res = await fetch(`${this.url}/admin${path}`, {
+      method,
+      headers: { authorization: `Bearer ${await this.#adminToken()}`, ...(body !== undefined && { 'content-type': 'application/json' }) },
+      ...(body !== undefined && { body: JSON.stringify(body) })
+    })
+    const text = await res.text()
+    if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text.slice(0, 300)}`)
+    return (text === '' ? undefined : JSON.parse(text)) as T
+  }
+
+  async #adminToken (): Promise<string> {
+    if (this.#token !== undefined && Date.now() < this.#token.until) return this.#token.value
+    const res = await fetch(`${this.url}/realms/master/protocol/openid-connect/token`, {
+      method: 'POST',
+      body: new URLSearchParams({ grant_type: 'password', client_id: 'admin-cli', username: this.admin.username, password: this.admin.password })
+    })
+    const body = await res.json() as { access_token: string, expires_in: number }
+    if (!res.ok) throw new Error(`admin token: ${res.status} ${JSON.stringify(body)}`)
+    this.#token = { value: body.access_token, until: Date.now() + (body.expires_in - 10) * 1000 }
+    return body.access_token
+  }
+
+  /**
+   * A realm of its own for a test, from test/keycloak/realm.json with
+   * `changes` applied to its top-level settings; deleted in teardown.
+   */
+  async realm (t: Test, changes: Json = {}): Promise<Realm> {
+    const template = JSON.parse(readFileSync(join(root, 'test/keycloak/realm.json'), 'utf8')) as Json
+    const name = `test-${randomBytes(4).toString('hex')}`
+    await this.api('POST', '/realms', { ...template, ...changes, realm: name })
+    t.teardown(async () => { await this.api('DELETE', `/realms/${name}`).catch(() => {}) })
+    return new Realm(this, name)
+  }
+}
+
+export interface KeycloakEvent { type: string, clientId?: string, userId?: string, error?: string, details?: Record<string, string> }
+
+/** One realm: its endpoints, and what Keycloak recorded in it. */
+export class Realm {
+  constructor (readonly server: KeycloakServer, readonly name: string) {}
+
+  get issuer (): string { return `${this.server.url}/realms/${this.name}` }
+  get tokenUrl (): string { return `${this.issuer}/protocol/openid-connect/token` }
+  get jwksUrl (): string { return `${this.issuer}/protocol/openid-connect/certs` }
+
+  async api<T = unknown> (method: string, path: string, body?: unknown): Promise<T> {
+    return await this.server.api<T>(method, `/realms/${this.name}${path}`, body)
+  }
+
+  async userId (username: string): Promise<string> {
+    const [user] = await this.api<Array<{ id: string }>>('GET', `/users?exact=true&username=${encodeURIComponent(username)}`)
+    if (user === undefined) throw new Error(`no user ${username} in ${this.name}`)
+    return user.id
+  }
+
+  /** The user's sessions as Keycloak holds them now (online ones; offline ones with `offline`). */
+  async sessions (username: string, offline = false): Promise<Array<{ id: string, clients: Record<string, string> }>> {
+    const id = await this.userId(username)
+    return await this.api('GET', `/users/${id}/${offline ? 'offline-sessions/' + await this.clientUuid('legacy-app') : 'sessions'}`)
+  }
+
+  /** Events Keycloak recorded, oldest first, of these types if given. */
+  async events (types: string[] = []): Promise<KeycloakEvent[]> {
+    const query = types.map((type) => `type=${type}`).join('&')
+    const events = await this.api<KeycloakEvent[]>('GET', `/events?max=1000${query === '' ? '' : `&${query}`}`)
+    return events.reverse()
+  }
+
+  /** Brute-force detection's record of a user: locked out (`disabled`) and failures counted. */
+  async bruteForce (username: string): Promise<{ disabled: boolean, numFailures: number }> {
+    return await this.server.api('GET', `/realms/${this.name}/attack-detection/brute-force/users/${await this.userId(username)}`)
+  }
+
+  async clientUuid (clientId: string): Promise<string> {
+    const [client] = await this.api<Array<{ id: string }>>('GET', `/clients?clientId=${encodeURIComponent(clientId)}`)
+    if (client === undefined) throw new Error(`no client ${clientId} in ${this.name}`)
+    return client.id
+  }
+
+  /** Changes a client's settings (`attributes` merged into the ones it has). */
+  async updateClient (clientId: string, changes: Json): Promise<void> {
+    const uuid = await this.clientUuid(clientId)
+    const current = await this.api<Json>('GET', `/clients/${uuid}`)
+    const attributes = { ...(current.attributes as Json | undefined), ...(changes.attributes as Json | undefined) }
+    await this.api('PUT', `/clients/${uuid}`, { ...current, ...changes, attributes })
+  }
+}

@@ -1,0 +1,53 @@
+import type { Test } from 'tap'
+import { send } from '../helpers/build.js'
+import { keycloakTest, type Realm } from '../helpers/keycloak.js'
+import { spawnSidecar, untilListening, type SpawnedSidecar } from '../helpers/process.js'
+import { resourceServer } from '../helpers/resource-server.js'
+
+const PASSWORD = 'service-user-password-5e1f'
+
+async function sidecarFor (t: Test, realm: Realm): Promise<SpawnedSidecar> {
+  const api = await resourceServer(t, realm.issuer, realm.jwksUrl)
+  const sidecar = await spawnSidecar(t, api.url, '', PASSWORD, { AUTH_ISSUER_URL: realm.issuer, AUTH_CLIENT_SECRET: 'legacy-app-secret-8f2d' })
+  await untilListening(sidecar)
+  return sidecar
+}
+
+/** Requests every 200 ms for `seconds`: their statuses. */
+async function traffic (sidecar: SpawnedSidecar, seconds: number, during?: (elapsed: number) => Promise<void>): Promise<number[]> {
+  const statuses: number[] = []
+  const started = Date.now()
+  while (Date.now() - started < seconds * 1000) {
+    statuses.push((await send(`${sidecar.proxyUrl}/r`)).status)
+    await during?.(Date.now() - started)
+    await new Promise((resolve) => setTimeout(resolve, 200))
+  }
+  return statuses
+}
+
+keycloakTest('SSO Session Max shorter than the run: one password grant when the session runs out, no request fails', async (t, kc) => {
+  const realm = await kc.root.realm(t, { accessTokenLifespan: 6, ssoSessionMaxLifespan: 14 })
+  const sidecar = await sidecarFor(t, realm)
+  const statuses = await traffic(sidecar, 26)
+  t.same([...new Set(statuses)], [200], `${statuses.length} requests, every one 200`)
+  const events = await realm.events(['LOGIN', 'LOGIN_ERROR', 'REFRESH_TOKEN', 'REFRESH_TOKEN_ERROR'])
+  t.equal(events.filter((e) => e.type === 'LOGIN').length, 2, 'the password grant at start, and once more for the new session')
+  t.ok(events.filter((e) => e.type === 'REFRESH_TOKEN').length >= 3, 'refresh grants in between')
+  t.ok(events.filter((e) => e.type === 'REFRESH_TOKEN_ERROR').length <= 1, 'at most the one refresh that met the end of the session')
+  t.equal((await realm.sessions('service-user')).length, 1, 'one session at a time')
+})
+
+keycloakTest('a session ended in Keycloak ("Session not active"): the refresh is refused once, one password grant follows, no request fails', async (t, kc) => {
+  const realm = await kc.root.realm(t, { accessTokenLifespan: 6 })
+  const sidecar = await sidecarFor(t, realm)
+  let ended = false
+  const statuses = await traffic(sidecar, 16, async (elapsed) => {
+    if (ended || elapsed < 5_000) return
+    ended = true
+    await realm.api('POST', `/users/${await realm.userId('service-user')}/logout`)
+  })
+  t.same([...new Set(statuses)], [200], `${statuses.length} requests, every one 200`)
+  const events = await realm.events(['LOGIN', 'REFRESH_TOKEN_ERROR'])
+  t.same(events.map((e) => e.type), ['LOGIN', 'REFRESH_TOKEN_ERROR', 'LOGIN'], 'refused once, then one password grant')
+  t.ok(sidecar.run.stdout.some((l) => l.includes('Session not active') && l.includes('falling back to the password grant')), 'the log says why')
+})
