@@ -39,12 +39,12 @@ export type GetJson = (url: string, signal: AbortSignal) => Promise<TokenEndpoin
 
 /**
  * How a failed grant is handled:
- * - `rejected`: the server refused these credentials or this client; retrying soon cannot help;
- * - `invalid_grant_refresh`-style refusals are `rejected` too, the caller falls back to the password grant;
- * - `transient`: network error, timeout, 5xx, 429, or an answer we cannot use; retried with backoff;
+ * - `rejected`: the server refused these credentials or this client (a 4xx); retrying soon cannot help;
+ * - `transient`: network error, timeout, 5xx, 429; retried with backoff;
+ * - `unusable`: a 200 without a token we can use; retried slowly, since each may have opened a session;
  * - `wrong_url`: what answered is not a token endpoint (404, a redirect, an HTML page); retried slowly.
  */
-export type FailureKind = 'rejected' | 'transient' | 'wrong_url'
+export type FailureKind = 'rejected' | 'transient' | 'unusable' | 'wrong_url'
 
 const REJECTED_ERRORS = new Set(['invalid_grant', 'invalid_client', 'unauthorized_client'])
 
@@ -149,20 +149,20 @@ export function checkTokenResponse (res: TokenEndpointResponse): TokenSet {
   try {
     body = JSON.parse(res.body)
   } catch (cause) {
-    throw new GrantError('token endpoint answered 200 with a body that is not JSON', 'transient', { status: 200, cause })
+    throw new GrantError('token endpoint answered 200 with a body that is not JSON', 'unusable', { status: 200, cause })
   }
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-    throw new GrantError('token endpoint answered 200 with JSON that is not an object', 'transient', { status: 200 })
+    throw new GrantError('token endpoint answered 200 with JSON that is not an object', 'unusable', { status: 200 })
   }
   const fields = body as Record<string, unknown>
-  const invalid = (message: string): GrantError => new GrantError(`token response: ${message}`, 'transient', { status: 200 })
+  const invalid = (message: string): GrantError => new GrantError(`token response: ${message}`, 'unusable', { status: 200 })
 
   const accessToken = fields.access_token
   if (typeof accessToken !== 'string' || accessToken === '') throw invalid('access_token is missing or not a string')
   if (!B64TOKEN.test(accessToken)) throw invalid('access_token contains characters not allowed in a bearer token')
 
-  const expiresIn = fields.expires_in
-  if (typeof expiresIn !== 'number' || !Number.isFinite(expiresIn)) throw invalid('expires_in is missing or not a number')
+  const expiresIn = seconds(fields.expires_in)
+  if (expiresIn === undefined) throw invalid('expires_in is missing or not a number')
   if (expiresIn < 1) throw invalid('expires_in must be at least 1 second')
 
   const set: TokenSet = { accessToken, expiresInMs: Math.min(expiresIn * 1000, MAX_LIFETIME_MS) }
@@ -171,15 +171,21 @@ export function checkTokenResponse (res: TokenEndpointResponse): TokenSet {
   if (refreshToken !== undefined && refreshToken !== null) {
     if (typeof refreshToken !== 'string' || refreshToken === '') throw invalid('refresh_token is not a non-empty string')
     set.refreshToken = refreshToken
-    const refreshExpiresIn = fields.refresh_expires_in
-    if (refreshExpiresIn !== undefined && refreshExpiresIn !== null) {
-      if (typeof refreshExpiresIn !== 'number' || !Number.isFinite(refreshExpiresIn) || refreshExpiresIn < 0) {
+    if (fields.refresh_expires_in !== undefined && fields.refresh_expires_in !== null) {
+      const refreshExpiresIn = seconds(fields.refresh_expires_in)
+      if (refreshExpiresIn === undefined || refreshExpiresIn < 0) {
         throw invalid('refresh_expires_in must be a number of seconds, 0 or more')
       }
       if (refreshExpiresIn > 0) set.refreshExpiresInMs = Math.min(refreshExpiresIn * 1000, MAX_LIFETIME_MS)
     }
   }
   return set
+}
+
+/** A lifetime in seconds: a number, or a numeric string as some servers send ("3599"). */
+function seconds (value: unknown): number | undefined {
+  const n = typeof value === 'number' ? value : typeof value === 'string' && /^\s*\d+(\.\d+)?\s*$/.test(value) ? Number(value) : NaN
+  return Number.isFinite(n) ? n : undefined
 }
 
 function errorFromResponse (res: TokenEndpointResponse): GrantError {

@@ -72,8 +72,10 @@ export class TokenManager implements AuthorizationSource {
   #failures = 0
   #lastFailure = ''
   /** what the last failed grant ran into, for readiness */
-  #lastFailureKind: 'credentials' | 'rejected' | 'wrong_url' | 'transient' | 'discovery' | undefined
+  #lastFailureKind: 'credentials' | 'rejected' | 'wrong_url' | 'unusable' | 'transient' | 'discovery' | undefined
   #stopped = false
+  /** a grant answered after stop(): never used, only its session ended */
+  #lateGrant: TokenSet | undefined
   readonly #waiters = new Set<Waiter>()
   /** renewals caused by upstream 401s with no other upstream answer in between */
   readonly #secrets: SecretScrubber
@@ -121,6 +123,7 @@ export class TokenManager implements AuthorizationSource {
       case 'credentials': return 'credentials rejected by the auth server (see the log for its reason)'
       case 'rejected': return 'token request refused by the auth server (see the log for its reason)'
       case 'wrong_url': return `wrong token URL: ${this.#server.tokenUrl ?? ''} is not a token endpoint (set AUTH_URL and AUTH_REALM, AUTH_ISSUER_URL, or AUTH_TOKEN_URL)`
+      case 'unusable': return 'the token endpoint answered without a usable token (see the log); retrying slowly'
       case 'discovery': return `OpenID Connect discovery at ${wellKnownUrl(this.#server.issuerUrl ?? '')} failed (see the log); retrying`
       case 'transient': return 'token endpoint unreachable or failing; retrying'
       default: return 'no valid access token'
@@ -208,14 +211,17 @@ export class TokenManager implements AuthorizationSource {
       let set: TokenSet | undefined
       const refresh = this.#refresh
       if (refresh !== undefined && (refresh.usableUntil === undefined || this.#clock.now() < refresh.usableUntil)) {
-        // A refresh token is sent once, whatever happens: with rotation on, a
-        // second use would be refused, and may revoke the session.
-        this.#refresh = undefined
         step = 'refresh_token'
         try {
           set = await this.#server.refreshGrant(refresh.token)
         } catch (err) {
-          if (!(err instanceof GrantError) || err.kind !== 'rejected' || this.#stopped) throw err
+          // Only invalid_grant says the refresh token is spent (expired,
+          // revoked, reused, its session ended): then the password grant. A
+          // network failure or 5xx leaves it for the next attempt, so that a
+          // blip does not open a new session; should the server have used it
+          // up meanwhile, the retry is refused with invalid_grant. Another
+          // refusal (invalid_client, say) is the client's to fix.
+          if (!(err instanceof GrantError) || err.kind !== 'rejected' || err.oauthError !== 'invalid_grant' || this.#stopped) throw err
           this.#o.log.info({ event: 'token', grant: step, outcome: 'rejected', reason: this.#secrets.scrub(err.message) }, `refresh token refused: falling back to the ${primary} grant`)
           step = primary
         }
@@ -257,9 +263,15 @@ export class TokenManager implements AuthorizationSource {
   }
 
   async endSession (timeoutMs: number): Promise<LogoutResult> {
-    const held = { refreshToken: this.#refresh?.token, accessToken: this.#token?.header.slice('Bearer '.length) }
+    // a grant stop() aborted may still have been answered: its session is the one to end
+    await this.#inflight
+    const late = this.#lateGrant
+    const held = late !== undefined
+      ? { refreshToken: late.refreshToken, accessToken: late.accessToken }
+      : { refreshToken: this.#refresh?.token, accessToken: this.#token?.header.slice('Bearer '.length) }
     this.#refresh = undefined
     this.#token = undefined
+    this.#lateGrant = undefined
     const { outcome, detail } = await endSession(this.#server, held, timeoutMs)
     const said = this.#secrets.scrub(detail)
     this.#o.onLogout?.(outcome)
@@ -278,6 +290,10 @@ export class TokenManager implements AuthorizationSource {
   #store (set: TokenSet, grant: GrantType): void {
     this.#secrets.addToken(set.accessToken)
     this.#secrets.addToken(set.refreshToken)
+    if (this.#stopped) {
+      this.#lateGrant = set
+      return
+    }
     const now = this.#clock.now()
     const header = `Bearer ${set.accessToken}`
     this.#token = { header, receivedAt: now, lifetimeMs: set.expiresInMs, usableUntil: now + usableFor(set.expiresInMs) }
@@ -310,11 +326,14 @@ export class TokenManager implements AuthorizationSource {
 
   #failed (step: GrantType | 'discovery', err: unknown): void {
     const e = err instanceof GrantError ? err : new GrantError(String(err), 'transient')
-    // A wrong URL is retried with the backoff of an outage: no credentials
-    // reached a token endpoint, and a gateway's HTML page may be temporary.
     const rejected = e.kind === 'rejected'
     this.#lastFailureKind = step === 'discovery' ? 'discovery' : e.kind === 'rejected' ? (isCredentialRejection(e) ? 'credentials' : 'rejected') : e.kind
-    const delay = rejected
+    // What will not change by itself, and what may each time have taken the
+    // credentials somewhere or opened a session, is retried slowly: a
+    // refusal, an answer without a usable token, a URL that is no token
+    // endpoint. An outage is retried with backoff.
+    const slow = step !== 'discovery' && e.kind !== 'transient'
+    const delay = slow
       ? slowRetryDelay(this.#o.rejectedRetryMs, this.#random())
       : backoffDelay({ minMs: this.#o.retryMinMs, maxMs: this.#o.retryMaxMs }, this.#failures, this.#random(), e.retryAfterMs)
     this.#failures += 1

@@ -5,7 +5,8 @@ export interface Call {
   signal: AbortSignal
 }
 
-type Answer = TokenEndpointResponse | Error | 'hang'
+/** An answer; `hang` waits for the abort; `later` arrives when its promise resolves, abort or not. */
+type Answer = TokenEndpointResponse | Error | 'hang' | { later: Promise<TokenEndpointResponse> }
 
 let counter = 0
 
@@ -56,6 +57,7 @@ export class ScriptedEndpoint {
         signal.addEventListener('abort', () => { done(0); reject(new Error('aborted')) }, { once: true })
       })
     }
+    if ('later' in answer) return answer.later.then(done)
     return Promise.resolve().then(() => {
       done(0)
       if (answer instanceof Error) throw answer

@@ -1,11 +1,12 @@
 import t, { type Test } from 'tap'
 import { TokenUnavailableError } from '../../src/errors.js'
-import { MAX_TIMER_MS } from '../../src/token/clock.js'
+import { MAX_TIMER_MS, systemClock } from '../../src/token/clock.js'
 import { SecretScrubber } from '../../src/secrets.js'
 import { AuthServer } from '../../src/token/auth-server.js'
 import { TokenManager } from '../../src/token/manager.js'
 import { FakeClock, settle } from '../helpers/fake-clock.js'
 import { captureLogger } from '../helpers/log.js'
+import type { TokenEndpointResponse } from '../../src/token/grant.js'
 import { keycloakError, ScriptedEndpoint, tokenAnswer } from '../helpers/scripted-endpoint.js'
 
 const PASSWORD = 's3cret-Passw0rd'
@@ -269,14 +270,14 @@ t.test('requests arriving during a backoff longer than the wait bound get 503 at
   t.equal(endpoint.calls.length, 1, 'no extra grant caused by the request')
 })
 
-t.test('bad token answers are errors, retried with backoff, never a crash', async (t) => {
+t.test('a 200 without a usable token is an error, retried at the slow pace (each may have opened a session), never a crash', async (t) => {
   const cases: Array<[string, string]> = [
     ['<html>ok</html>', 'HTML page'],
     ['{"a":', 'not JSON'],
     ['[]', 'not an object'],
     ['{"expires_in":300}', 'access_token is missing'],
     ['{"access_token":"abc def","expires_in":300}', 'characters not allowed'],
-    ['{"access_token":"abc","expires_in":"300"}', 'expires_in is missing or not a number'],
+    ['{"access_token":"abc","expires_in":"soon"}', 'expires_in is missing or not a number'],
     ['{"access_token":"abc","expires_in":0}', 'at least 1 second'],
     ['{"access_token":"abc","expires_in":-5}', 'at least 1 second'],
     ['{"access_token":"abc","expires_in":300,"refresh_token":"r","refresh_expires_in":-1}', 'refresh_expires_in']
@@ -288,10 +289,24 @@ t.test('bad token answers are errors, retried with backoff, never a crash', asyn
     await clock.advance(0)
     t.equal(manager.ready(), false, body)
     t.match(log.records().find((r) => r.event === 'token' && r.reason !== undefined)?.reason, reason)
-    await clock.advance(1_000)
-    t.equal(endpoint.calls.length, 2, `retried: ${body}`)
+    await clock.advance(30_000)
+    t.equal(endpoint.calls.length, 1, `not at the outage pace: ${body}`)
+    await clock.advance(36_000)
+    t.equal(endpoint.calls.length, 2, `retried about a minute later: ${body}`)
     t.equal(manager.ready(), true)
   }
+})
+
+t.test('lifetimes sent as numeric strings ("3599", as some servers do) are taken as numbers', async (t) => {
+  const { clock, endpoint, manager } = setup(t, 0)
+  endpoint.queue.push({ status: 200, body: '{"access_token":"abc","expires_in":"300","refresh_token":"r1","refresh_expires_in":"1800"}' })
+  manager.start()
+  await clock.advance(0)
+  t.equal(manager.ready(), true)
+  t.equal(manager.expiresInSeconds(), 300)
+  await clock.advance(150_000)
+  t.same(endpoint.grants(), ['password', 'refresh_token'], 'renewed at half the lifetime, with the refresh token')
+  t.equal(endpoint.calls[1]!.form.refresh_token, 'r1')
 })
 
 t.test('a ten-year lifetime neither overflows the timer nor renews at once', async (t) => {
@@ -344,11 +359,6 @@ t.test('stop() ends timers and the grant in flight', async (t) => {
   await t.rejects(manager.authorization(), TokenUnavailableError)
 })
 
-t.test('no password, client secret or token in any log line above', async (t) => {
-  t.ok(allLines.length > 50, `${allLines.length} lines searched`)
-  t.same(allLines.filter((l) => l.includes(PASSWORD) || l.includes(CLIENT_SECRET) || /eyJhbGciOiJIUzI1NiJ9\.|refresh-\d/.test(l)), [])
-})
-
 t.test('an expires_in too large for a timer (1e7, 1e306) renews late, never at once', async (t) => {
   for (const seconds of [1e7, 1e306]) {
     const { clock, endpoint, manager } = setup(t)
@@ -399,4 +409,89 @@ t.test('an auth server that echoes the submitted form: no password, client secre
   t.match(all, /invalid_grant/, 'the auth server\'s error code is logged as it came')
   t.match(all, /\[redacted\]/)
   for (const secret of [PASSWORD, encodeURIComponent(PASSWORD), CLIENT_SECRET, 'refresh-token-ghijkl', 'access-token-abcdef']) t.notMatch(all, secret, secret)
+})
+
+t.test('a refresh that fails for a transient reason keeps its refresh token: the next attempt refreshes again, no new session', async (t) => {
+  const { clock, endpoint, manager } = setup(t, 0)
+  endpoint.queue.push(tokenAnswer(300), new Error('connect ECONNREFUSED'), { status: 503, body: '' }, { status: 429, body: '' }, tokenAnswer(300))
+  manager.start()
+  await clock.advance(0)
+  await clock.advance(150_000)
+  await clock.advance(10_000)
+  t.same(endpoint.grants(), ['password', 'refresh_token', 'refresh_token', 'refresh_token', 'refresh_token'], 'no password grant')
+  const first = endpoint.calls[1]!.form.refresh_token
+  t.same(endpoint.calls.slice(1).map((c) => c.form.refresh_token), [first, first, first, first], 'the same refresh token each time')
+  t.equal(manager.ready(), true)
+})
+
+t.test('a refresh whose outcome is unknown (timed out after sending) is sent again; refused as invalid_grant, the password grant follows', async (t) => {
+  const { clock, endpoint, manager } = setup(t, 0)
+  endpoint.queue.push(tokenAnswer(300), 'hang', keycloakError(400, 'invalid_grant', 'Maximum allowed refresh token reuse exceeded'), tokenAnswer(300))
+  manager.start()
+  await clock.advance(0)
+  await clock.advance(150_000)
+  await clock.advance(10_000) // TOKEN_TIMEOUT_MS
+  await clock.advance(2_000)
+  t.same(endpoint.grants(), ['password', 'refresh_token', 'refresh_token', 'password'])
+  t.equal(manager.ready(), true)
+})
+
+t.test('a refresh refused with anything but invalid_grant does not fall back to the password grant: the refresh is retried slowly', async (t) => {
+  for (const answer of [keycloakError(401, 'invalid_client', 'Invalid client or Invalid client credentials'), keycloakError(400, 'invalid_scope', 'Invalid scopes'), { status: 400, body: '' }]) {
+    const { clock, endpoint, manager } = setup(t, 0)
+    endpoint.queue.push(tokenAnswer(300), answer, tokenAnswer(300))
+    manager.start()
+    await clock.advance(0)
+    await clock.advance(150_000)
+    await clock.advance(30_000)
+    t.same(endpoint.grants(), ['password', 'refresh_token'], `${answer.body}: not retried at the outage pace`)
+    await clock.advance(36_000)
+    t.same(endpoint.grants(), ['password', 'refresh_token', 'refresh_token'], `${answer.body}: the refresh again, a minute later`)
+    manager.stop()
+  }
+})
+
+t.test('a 200 HTML page (a wrong token URL) is retried at the slow pace, not re-posting the password at the outage pace', async (t) => {
+  const { clock, endpoint, manager } = setup(t, 0)
+  endpoint.queue.push({ status: 200, contentType: 'text/html', body: '<html>sign in</html>' }, tokenAnswer(300))
+  manager.start()
+  await clock.advance(0)
+  t.equal(manager.notReadyReason()?.startsWith('wrong token URL'), true)
+  await clock.advance(50_000)
+  t.equal(endpoint.calls.length, 1, 'no second password post within 50 s')
+  await clock.advance(10_000)
+  t.equal(endpoint.calls.length, 2)
+})
+
+t.test('a grant answered just after stop(): nothing is stored or scheduled, and its session is the one ended', async (t) => {
+  const { clock, endpoint, manager } = setup(t)
+  let answer: (res: TokenEndpointResponse) => void = () => {}
+  endpoint.queue.push({ later: new Promise((resolve) => { answer = resolve }) })
+  manager.start()
+  await settle()
+  manager.stop()
+  const late = tokenAnswer(300, 1800)
+  answer(late)
+  await settle()
+  t.equal(manager.ready(), false, 'not stored')
+  t.same(clock.pending, [], 'no renewal scheduled')
+  const ended = await manager.endSession(5_000)
+  t.equal(ended.outcome, 'success')
+  t.equal(endpoint.calls.at(-1)!.form.refresh_token, (JSON.parse(late.body) as { refresh_token: string }).refresh_token, 'the late grant\'s session ended')
+  await clock.advance(600_000)
+  t.equal(endpoint.calls.length, 2, 'nothing else sent')
+})
+
+t.test('lifetimes use a monotonic clock: a wall clock stepped back does not make an expired token usable', async (t) => {
+  const stepped = t.capture(Date, 'now', () => 0)
+  const started = systemClock.now()
+  await new Promise((resolve) => setTimeout(resolve, 50))
+  t.ok(systemClock.now() - started >= 45, 'time goes on while Date.now() stands at 1970')
+  t.ok(stepped.args().length === 0, 'the wall clock is not read')
+})
+
+// Last in this file: every test above has run and handed its log lines over.
+t.test('no password, client secret or token in any log line of the tests above', async (t) => {
+  t.ok(allLines.length > 50, `${allLines.length} lines searched`)
+  t.same(allLines.filter((l) => l.includes(PASSWORD) || l.includes(CLIENT_SECRET) || /eyJhbGciOiJIUzI1NiJ9\.|refresh-\d/.test(l)), [])
 })
