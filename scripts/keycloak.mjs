@@ -19,7 +19,7 @@ export const KEYCLOAK_VERSION = '26.7.3'
 export const ADMIN = { username: 'admin', password: 'admin-password-for-tests' }
 export const LAYOUTS = { root: '/', auth: '/auth' }
 /** Build options: a server built with others is rebuilt. */
-const BUILD_OPTIONS = ['--db=dev-mem', '--health-enabled=true', '--features=dpop,client-auth-federated,kubernetes-service-accounts']
+const BUILD_OPTIONS = ['--db=dev-mem', '--cache=local', '--health-enabled=true', '--features=dpop,client-auth-federated,kubernetes-service-accounts']
 
 const cacheRoot = join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'auth-sidecar', `keycloak-${KEYCLOAK_VERSION}`)
 
@@ -86,8 +86,8 @@ async function untilReady (url, child, timeoutMs) {
   throw new Error(`Keycloak was not ready within ${timeoutMs / 1000} s`)
 }
 
-/** Starts one layout; resolves once /health/ready answers. */
-async function startLayout (layout, dir) {
+/** Starts one layout, its process in `children` at once; resolves once /health/ready answers. */
+async function startLayout (layout, dir, children) {
   const home = buildLayout(layout)
   const [port, management] = [await freePort(), await freePort()]
   const log = openSync(join(dir, `keycloak-${layout}.log`), 'w')
@@ -105,6 +105,7 @@ async function startLayout (layout, dir) {
     stdio: ['ignore', log, log],
     detached: true
   })
+  children.push(child)
   const prefix = LAYOUTS[layout] === '/' ? '' : LAYOUTS[layout]
   await untilReady(`http://127.0.0.1:${management}${prefix}/health/ready`, child, 180_000)
   return { child, info: { layout, url: `http://127.0.0.1:${port}${prefix}`, pid: child.pid } }
@@ -112,8 +113,9 @@ async function startLayout (layout, dir) {
 
 /**
  * Serves a test run: both layouts, then `state.json` in `dir` with their
- * URLs (or the reason they could not start). Ends, taking Keycloak with it,
- * on SIGTERM or once the process `watch` is gone.
+ * URLs (or the reason they could not start). Ends, taking Keycloak with it
+ * (each server is the leader of its own process group), on SIGTERM or once
+ * the process `watch` is gone, whether the servers are ready or not.
  */
 async function serve (dir, watch) {
   mkdirSync(dir, { recursive: true })
@@ -131,11 +133,7 @@ async function serve (dir, watch) {
   }
   write({ status: 'starting', version: KEYCLOAK_VERSION })
   try {
-    const started = await Promise.all(Object.keys(LAYOUTS).map(async (layout) => {
-      const s = await startLayout(layout, dir)
-      children.push(s.child)
-      return s
-    }))
+    const started = await Promise.all(Object.keys(LAYOUTS).map(async (layout) => await startLayout(layout, dir, children)))
     write({ status: 'ready', version: KEYCLOAK_VERSION, java: javaHome(), admin: ADMIN, servers: Object.fromEntries(started.map((s) => [s.info.layout, s.info])) })
   } catch (err) {
     write({ status: 'failed', version: KEYCLOAK_VERSION, reason: err.message })
