@@ -1,5 +1,6 @@
 import { createSign, createVerify, generateKeyPairSync, randomBytes, randomUUID, type KeyObject } from 'node:crypto'
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import { createServer as createTlsServer } from 'node:https'
 import type { AddressInfo } from 'node:net'
 
 /**
@@ -32,6 +33,8 @@ export interface TokenServerOptions {
   publicUrl?: string
   /** client_credentials answers carry a refresh token (Keycloak's "Use refresh tokens for client credentials grant"); false by default */
   clientCredentialsRefresh?: boolean
+  /** serve HTTPS with this key and certificate (PEM) */
+  tls?: { key: string, cert: string }
 }
 
 export interface GrantRecord {
@@ -102,6 +105,7 @@ export class TokenServer {
   readonly #sessions = new Map<string, Session>()
   readonly #revoked = new Set<string>()
   readonly #hanging = new Set<ServerResponse>()
+  readonly #scheme: 'http' | 'https'
 
   constructor (options: TokenServerOptions = {}) {
     this.realm = options.realm ?? 'service-realm'
@@ -115,7 +119,10 @@ export class TokenServer {
     this.publicUrl = options.publicUrl?.replace(/\/+$/, '')
     this.serviceAccounts = options.serviceAccounts ?? true
     this.clientCredentialsRefresh = options.clientCredentialsRefresh ?? false
-    this.server = createServer((req, res) => this.#handle(req, res))
+    this.#scheme = options.tls === undefined ? 'http' : 'https'
+    this.server = options.tls === undefined
+      ? createServer((req, res) => this.#handle(req, res))
+      : createTlsServer(options.tls, (req, res) => this.#handle(req, res))
   }
 
   async listen (port = 0, host = '127.0.0.1'): Promise<string> {
@@ -126,7 +133,7 @@ export class TokenServer {
   /** Base URL, for AUTH_URL. */
   get url (): string {
     const { port } = this.server.address() as AddressInfo
-    return `http://127.0.0.1:${port}`
+    return `${this.#scheme}://127.0.0.1:${port}`
   }
 
   /** Full token endpoint URL, for AUTH_TOKEN_URL. */

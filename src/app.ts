@@ -149,6 +149,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     basePath: config.upstream.basePath,
     dispatcher: upstreamDispatcher,
     maxRequests: config.proxy.maxRequests,
+    websocketMaxMessageBytes: config.proxy.websocketMaxMessageBytes,
     upstreamTimeoutMs: config.upstream.timeoutMs,
     egress: config.egress,
     ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }),
@@ -175,33 +176,33 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
 
   async function shutdown (graceMs: number): Promise<void> {
     closing = true
-    const started = Date.now()
     const server = proxy.server
     closeWebSockets()
     // Fastify's close stops accepting and closes idle kept-alive connections;
     // busy ones close once their answer is done (Node answers with
     // `Connection: close` once the server is closing). Connections that
-    // turn idle later are closed as they do.
+    // turn idle later are closed as they do. What is still in progress when
+    // the grace period ends is cut: the client's connection closed, which
+    // aborts its upstream request.
     const idle = setInterval(() => server.closeIdleConnections(), 100)
-    const force = setTimeout(() => {
-      logger.warn({ graceMs }, 'shutdown grace period over: closing the remaining connections')
+    const cut = setTimeout(() => {
+      logger.warn({ graceMs }, 'shutdown grace period over: cutting the requests still in progress')
       server.closeAllConnections()
     }, graceMs)
     try {
       await proxy.close()
     } finally {
       clearInterval(idle)
-      clearTimeout(force)
-      tokens.stop()
-      credentials.close()
-      if (config.auth.mode === 'oauth2' && config.auth.logoutOnShutdown) {
-        // After the drain, within what is left of the grace period and never
-        // longer than one token request: the exit is not delayed beyond them.
-        await tokens.endSession(Math.min(config.token.timeoutMs, graceMs - (Date.now() - started)))
-      }
-      await admin.close()
-      await Promise.all([upstreamDispatcher.close(), tokenDispatcher?.close()])
+      clearTimeout(cut)
     }
+    tokens.stop()
+    credentials.close()
+    await upstreamDispatcher.destroy()
+    // After the drain, one token request at most: the session is ended even
+    // when the drain took the whole grace period.
+    if (config.auth.mode === 'oauth2' && config.auth.logoutOnShutdown) await tokens.endSession(config.token.timeoutMs)
+    await admin.close()
+    await tokenDispatcher?.destroy()
   }
 
   return {

@@ -8,6 +8,10 @@ export const ERRORS = {
   upstream_unreachable: { status: 502, message: 'the upstream could not be reached or closed the connection' },
   upstream_timeout: { status: 504, message: 'the upstream did not answer in time' },
   bad_request: { status: 400, message: 'the request target is not allowed' },
+  malformed_request: { status: 400, message: 'the request could not be parsed' },
+  method_not_allowed: { status: 405, message: 'this method is not forwarded' },
+  headers_too_large: { status: 431, message: 'the request headers are too large' },
+  request_timeout: { status: 408, message: 'the request headers did not arrive in time' },
   overloaded: { status: 503, message: 'too many requests in progress; retry later' },
   internal_error: { status: 500, message: 'the sidecar failed to handle the request' }
 } as const

@@ -37,10 +37,15 @@ const logger = createLogger(config.logLevel)
 for (const warning of config.warnings) logger.warn({ event: 'config' }, warning)
 const app = await buildApp(config, { logger })
 
+// Node opens its inspector on SIGUSR1, reachable from every container of
+// the pod: the sidecar opens no debugger on a signal.
+process.on('SIGUSR1', () => { logger.warn({ signal: 'SIGUSR1' }, 'SIGUSR1 ignored: no debugger is opened on a signal') })
+
 closeWithGrace({
-  // app.close() cuts the remaining connections after the grace period;
-  // this is only the backstop should something hang after that.
-  delay: config.shutdownGraceMs + 5_000,
+  // app.close() cuts what is in progress at the end of the grace period and
+  // ends the session within TOKEN_TIMEOUT_MS; this is only the backstop
+  // should something hang after that.
+  delay: config.shutdownGraceMs + config.token.timeoutMs + 2_000,
   logger: { error: (msg: unknown) => logger.error({ detail: String(msg) }, 'shutdown') }
 }, async ({ signal, err }) => {
   if (err !== undefined) logger.error({ err }, 'unexpected error: shutting down')

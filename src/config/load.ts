@@ -168,7 +168,7 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
       retryMaxMs: num('TOKEN_RETRY_MAX_MS'),
       rejectedRetryMs: num('TOKEN_REJECTED_RETRY_MS')
     },
-    proxy: { host: str('PROXY_HOST')!, port: num('PROXY_PORT'), maxRequests: num('PROXY_MAX_REQUESTS') },
+    proxy: { host: str('PROXY_HOST')!, port: num('PROXY_PORT'), maxRequests: num('PROXY_MAX_REQUESTS'), websocketMaxMessageBytes: num('WEBSOCKET_MAX_MESSAGE_BYTES') },
     admin: { host: str('ADMIN_HOST')!, port: num('ADMIN_PORT') },
     logLevel: str('LOG_LEVEL') as LogLevel,
     accessLog: raw.ACCESS_LOG !== false,

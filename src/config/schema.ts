@@ -20,6 +20,7 @@ export const DEFAULT_UPSTREAM_TIMEOUT_MS = 30_000
 export const DEFAULT_UPSTREAM_IDLE_TIMEOUT_MS = 300_000
 export const DEFAULT_UPSTREAM_CONNECTIONS = 128
 export const DEFAULT_UPSTREAM_KEEPALIVE_MS = 4_000
+export const DEFAULT_WEBSOCKET_MAX_MESSAGE_BYTES = 1_048_576
 export const DEFAULT_TOKEN_TIMEOUT_MS = 10_000
 export const DEFAULT_TOKEN_WAIT_MS = 5_000
 export const DEFAULT_TOKEN_RETRY_MIN_MS = 1_000
@@ -80,6 +81,7 @@ export const properties = {
   UPSTREAM_IDLE_TIMEOUT_MS: millis('longest silence inside a response body before it is cut; 0 for never', DEFAULT_UPSTREAM_IDLE_TIMEOUT_MS, 0),
   UPSTREAM_CONNECTIONS: { type: 'integer', description: 'most connections kept open to the upstream', default: DEFAULT_UPSTREAM_CONNECTIONS, minimum: 1, maximum: 65535 },
   UPSTREAM_KEEPALIVE_MS: millis('how long an idle pooled upstream connection is kept when the upstream does not announce its own keep-alive timeout (an announced `Keep-Alive: timeout=N` is honoured, less 2 s, up to 60 s); keep it below the upstream\'s timeout', DEFAULT_UPSTREAM_KEEPALIVE_MS),
+  WEBSOCKET_MAX_MESSAGE_BYTES: { type: 'integer', description: 'largest WebSocket message relayed either way; a larger one closes the session with 1009 (message too big)', default: DEFAULT_WEBSOCKET_MAX_MESSAGE_BYTES, minimum: 1, maximum: 104_857_600 },
   TOKEN_TIMEOUT_MS: millis('longest wait for one token request', DEFAULT_TOKEN_TIMEOUT_MS),
   TOKEN_WAIT_MS: millis('longest a proxied request waits for a token being obtained, then 503', DEFAULT_TOKEN_WAIT_MS, 0),
   TOKEN_RETRY_MIN_MS: millis('first retry delay after an auth-server outage (doubles each time, jittered)', DEFAULT_TOKEN_RETRY_MIN_MS),

@@ -61,7 +61,7 @@ export interface Config {
     retryMaxMs: number
     rejectedRetryMs: number
   }
-  proxy: { host: string, port: number, maxRequests: number }
+  proxy: { host: string, port: number, maxRequests: number, websocketMaxMessageBytes: number }
   admin: { host: string, port: number }
   logLevel: LogLevel
   accessLog: boolean

@@ -31,22 +31,27 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** performance.now() on arrival, for the line of an abandoned request */
     sidecarStarted: number
+    /** the upstream failed after its answer had begun: the line says 502, not the client's 499 */
+    sidecarUpstreamFailed: boolean
   }
 }
 
 /** One call per request, answered or abandoned: the access line and the request metrics. */
 export const accessLog = fp<{ onResponse: (line: AccessLine) => void }>(async function accessLog (app: FastifyInstance, { onResponse }) {
   app.decorateRequest('sidecarStarted', 0)
+  app.decorateRequest('sidecarUpstreamFailed', false)
   app.addHook('onRequest', (request, _reply, done) => {
     request.sidecarStarted = performance.now()
     done()
   })
   app.addHook('onResponse', (request, reply, done) => {
-    onResponse(accessLine(request, reply.statusCode, reply.elapsedTime))
+    // an answer written to a client already gone (an upload it gave up) is the client's 499
+    const status = request.sidecarUpstreamFailed ? 502 : reply.raw.writableFinished ? reply.statusCode : 499
+    onResponse(accessLine(request, status, reply.elapsedTime))
     done()
   })
   app.addHook('onRequestAbort', (request, done) => {
-    onResponse(accessLine(request, 499, performance.now() - request.sidecarStarted))
+    onResponse(accessLine(request, request.sidecarUpstreamFailed ? 502 : 499, performance.now() - request.sidecarStarted))
     done()
   })
 }, { name: 'auth-sidecar-access-log' })

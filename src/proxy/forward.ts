@@ -107,13 +107,25 @@ export const forward = fp<ForwardOptions>(async function forward (app: FastifyIn
         if (reply.sent) return stream.destroy() // an invalid status code was already answered 502
         if (res.statusCode === 401) return upstreamRejected(request as FastifyRequest, reply as FastifyReply, res.stream)
         o.tokens.accepted()
+        stream.once('error', (err: Error & { code?: string }) => {
+          // the client may have left first, which destroys this stream too
+          if (isClientGone(request as FastifyRequest)) return
+          // once the client has the upstream's status, the failure can only cut the body
+          ;(request as FastifyRequest).sidecarUpstreamFailed = reply.raw.headersSent
+          o.log.warn({ requestId: request.id, upstreamError: err.code ?? err.name }, 'upstream closed the connection in the middle of its answer')
+          // UPSTREAM_IDLE_TIMEOUT_MS: the upstream fell silent
+          o.onUpstreamError(err.code === 'UND_ERR_BODY_TIMEOUT' ? 'timeout' : 'reset')
+        })
         reply.send(res.stream)
+        // Fastify writes the headers with the first chunk of the body: an
+        // event stream's client would wait for its first event to see them.
+        if (String((res as { headers?: Record<string, unknown> }).headers?.['content-type']).startsWith('text/event-stream')) (reply.raw as ServerResponse).flushHeaders()
       },
       onError (reply, { error }) {
         const cause = (error as { cause?: { code?: string } }).cause
         const code = cause?.code ?? (error as { code?: string }).code
-        // the client left: nothing to answer, and nothing the upstream did
-        if (code === 'AUTH_SIDECAR_CLIENT_GONE') return
+        // the client left (mid-upload, say): nothing to answer, and nothing the upstream did
+        if (code === 'AUTH_SIDECAR_CLIENT_GONE' || isClientGone(reply.request as FastifyRequest)) return
         const timedOut = code === 'UND_ERR_HEADERS_TIMEOUT' || (error as { statusCode?: number }).statusCode === 504
         o.log.warn({ requestId: reply.request.id, upstreamError: code ?? error.name }, 'upstream request failed')
         o.onUpstreamError(timedOut ? 'timeout' : RESET_ERRORS.has(code ?? '') ? 'reset' : 'unreachable')
@@ -143,6 +155,12 @@ export const forward = fp<ForwardOptions>(async function forward (app: FastifyIn
     }, (err: unknown) => sendTokenUnavailable(reply, err))
   }
 }, { name: 'auth-sidecar-forward', dependencies: ['auth-sidecar-authorize'] })
+
+/** Whether the client's connection is gone, its answer unfinished. */
+function isClientGone (request: FastifyRequest): boolean {
+  const res = request.sidecarResponse
+  return res !== undefined && res.destroyed && !res.writableFinished
+}
 
 function hasBody (headers: HeaderValues): boolean {
   const length = headers['content-length']

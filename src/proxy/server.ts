@@ -8,6 +8,7 @@ import type { AuthorizationSource } from '../token/source.js'
 import { accessLog, type AccessLine } from './access-log.js'
 import { admission } from './admission.js'
 import { authorize } from './authorize.js'
+import { clientErrors } from './client-errors.js'
 import { forward, type UpstreamErrorReason } from './forward.js'
 import { guard, REFUSED_METHODS } from './guard.js'
 import { REQUEST_ID } from './headers.js'
@@ -25,6 +26,8 @@ export interface ProxyOptions {
   maxRequests: number
   /** UPSTREAM_TIMEOUT_MS, for WebSocket handshakes (HTTP requests have the dispatcher's) */
   upstreamTimeoutMs: number
+  /** WEBSOCKET_MAX_MESSAGE_BYTES */
+  websocketMaxMessageBytes: number
   /** the egress proxy, for WebSocket handshakes (HTTP requests have the dispatcher) */
   egress: Config['egress']
   /** how long a client may take to send its request headers; 60 s, shorter in tests */
@@ -57,15 +60,20 @@ const FORWARDED_METHODS = METHODS.filter((m) => !REFUSED_METHODS.has(m))
  */
 export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
   const headersTimeout = o.headersTimeoutMs ?? HEADERS_TIMEOUT_MS
+  // What Fastify and @fastify/reply-from log through a request's logger
+  // (every upstream error as a warning with its stack trace) is said once,
+  // without a stack, by the sidecar's own lines: only errors pass.
+  const requestLog = o.log.child({}, { level: 'error' })
+  const refusals = clientErrors(o.onResponse)
   const app = Fastify({
     loggerInstance: o.log as FastifyBaseLogger,
     // The access log is the sidecar's own line per request (src/proxy/access-log.ts).
     logController: new LogController({ disableRequestLogging: true }),
     genReqId: requestIdOf,
-    // Nothing is logged through a request's own logger (lines carry the
-    // request id themselves); a child logger per request re-ran pino's
-    // redaction on its bindings, a few percent of a request's CPU.
-    childLoggerFactory: (logger) => logger,
+    // One for all requests: the sidecar's lines carry the request id
+    // themselves, and a child logger per request re-ran pino's redaction on
+    // its bindings, a few percent of a request's CPU.
+    childLoggerFactory: () => requestLog,
     // A long upload is not cut by a whole-request timeout; slow headers are:
     // Node answers 408 and closes.
     requestTimeout: 0,
@@ -76,6 +84,7 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
     return503OnClosing: false,
     exposeHeadRoutes: false,
     routerOptions: { maxParamLength: 65_535 },
+    clientErrorHandler: refusals.onClientError,
     frameworkErrors: (err, request, reply) => {
       o.log.debug({ requestId: request.id, code: (err as { code?: string }).code }, 'request refused by the router')
       sendError(reply, 'bad_request')
@@ -84,10 +93,14 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
   for (const method of FORWARDED_METHODS) {
     if (!app.supportedMethods.includes(method)) app.addHttpMethod(method, { hasBody: true })
   }
-  app.setErrorHandler((err: Error & { statusCode?: number }, request, reply) => {
+  app.setErrorHandler((err: Error & { statusCode?: number, code?: string }, request, reply) => {
     if (err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500) {
       return sendError(reply, 'bad_request', { status: err.statusCode === 405 ? 405 : 400 })
     }
+    // the upstream's answer failed before any of it reached the client
+    // (src/proxy/forward.ts has logged and counted it)
+    if (err.code === 'UND_ERR_BODY_TIMEOUT') return sendError(reply, 'upstream_timeout')
+    if (err.code?.startsWith('UND_ERR_') === true || err.code === 'ECONNRESET') return sendError(reply, 'upstream_unreachable')
     o.log.error({ requestId: request.id, err: { type: err.name, code: (err as { code?: string }).code } }, 'internal error')
     sendError(reply, 'internal_error')
   })
@@ -116,10 +129,12 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
     tokens: o.tokens,
     log: o.log,
     timeoutMs: o.upstreamTimeoutMs,
+    maxMessageBytes: o.websocketMaxMessageBytes,
     egress: o.egress,
     onSession: o.onResponse
   })
   app.server.on('upgrade', ws.upgrade)
+  app.server.on('connect', refusals.onConnect)
   return { app, closeWebSockets: () => ws.close() }
 }
 

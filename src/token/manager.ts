@@ -5,14 +5,11 @@ import type { AuthServer } from './auth-server.js'
 import { MAX_TIMER_MS, systemClock, type Clock } from './clock.js'
 import { wellKnownUrl, type Endpoints } from './discovery.js'
 import { GrantError, isCredentialRejection, type GrantType, type TokenSet } from './grant.js'
+import { RejectionBackoff } from './rejection-backoff.js'
 import { backoffDelay, renewalDelay, slowRetryDelay, usableFor } from './schedule.js'
 import { endSession } from './session.js'
 import type { AuthorizationSource, LogoutResult, TokenEvents } from './source.js'
 import type { PrimaryGrant } from '../config/load.js'
-
-/** 401-caused renewals in a row wait 0, then 1 s, doubling up to 60 s. */
-export const UPSTREAM_401_BACKOFF_MIN_MS = 1_000
-export const UPSTREAM_401_BACKOFF_MAX_MS = 60_000
 
 export interface TokenManagerOptions {
   server: AuthServer
@@ -77,11 +74,9 @@ export class TokenManager implements AuthorizationSource {
   /** a grant answered after stop(): never used, only its session ended */
   #lateGrant: TokenSet | undefined
   readonly #waiters = new Set<Waiter>()
-  /** renewals caused by upstream 401s with no other upstream answer in between */
   readonly #secrets: SecretScrubber
-  #renewals401 = 0
-  #next401RenewalAt = 0
-  #backoffLogged = false
+  /** renewals caused by upstream 401s with no other upstream answer in between */
+  readonly #rejections = new RejectionBackoff()
 
   constructor (options: TokenManagerOptions) {
     this.#o = options
@@ -167,17 +162,12 @@ export class TokenManager implements AuthorizationSource {
   rejected (header: string): boolean {
     const token = this.#token
     if (token === undefined || token.header !== header) return true // already replaced: one renewal per rejected token
-    const now = this.#clock.now()
-    if (now < this.#next401RenewalAt) {
-      // An upstream that rejects every token would otherwise drive a grant
-      // per request : the 401 is relayed and the token kept.
-      if (!this.#backoffLogged) this.#o.log.warn({ event: 'token', reason: 'upstream_401', renewalsInARow: this.#renewals401, nextRenewalInMs: Math.round(this.#next401RenewalAt - now) }, 'upstream rejects new tokens too: keeping the token, the next renewal on a 401 waits')
-      this.#backoffLogged = true
+    const { waitMs, inARow, first } = this.#rejections.take(this.#clock.now())
+    if (waitMs > 0) {
+      // the 401 is relayed and the token kept
+      if (first) this.#o.log.warn({ event: 'token', reason: 'upstream_401', renewalsInARow: inARow, nextRenewalInMs: Math.round(waitMs) }, 'upstream rejects new tokens too: keeping the token, the next renewal on a 401 waits')
       return false
     }
-    this.#renewals401 += 1
-    this.#next401RenewalAt = now + Math.min(UPSTREAM_401_BACKOFF_MAX_MS, UPSTREAM_401_BACKOFF_MIN_MS * 2 ** Math.min(this.#renewals401 - 1, 30))
-    this.#backoffLogged = false
     this.#token = undefined
     this.#o.log.warn({ event: 'token', reason: 'upstream_401' }, 'upstream rejected the access token: obtaining a new one')
     this.#renewNow()
@@ -185,10 +175,7 @@ export class TokenManager implements AuthorizationSource {
   }
 
   accepted (): void {
-    if (this.#renewals401 !== 0) {
-      this.#renewals401 = 0
-      this.#next401RenewalAt = 0
-    }
+    this.#rejections.reset()
   }
 
   #renewNow (): void {

@@ -9,6 +9,14 @@ t.test('healthz is 200; readyz follows the token; metrics are Prometheus text', 
   t.equal(notReady.status, 503)
   t.same(JSON.parse(notReady.body), { status: 'not_ready', reason: 'credentials rejected by the auth server (see the log for its reason)' })
 
+  const metrics = await send(`${h.adminUrl}/metrics`)
+  t.equal(metrics.status, 200)
+  t.match(metrics.headers['content-type'], /^text\/plain; version=0\.0\.4/)
+  t.match(metrics.body, /^# TYPE auth_sidecar_ready gauge$/m)
+  t.match(metrics.body, /^auth_sidecar_ready 0$/m, 'not ready: 0')
+  t.match(metrics.body, /^auth_sidecar_token_expires_in_seconds 0$/m, 'no token: 0 s')
+  t.match(metrics.body, /^auth_sidecar_token_grants_total\{grant_type="password",outcome="rejected"\} [1-9]/m, 'the rejection counted')
+
   h.tokenServer.users['service-user'] = 'service-password-9f8e7d'
   h.app.tokens.rejected('none') // a no-op: rejected() for an unknown header changes nothing
   t.equal((await send(`${h.adminUrl}/readyz`)).status, 503)

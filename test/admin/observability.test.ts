@@ -12,17 +12,24 @@ t.test('ACCESS_LOG=false: no line per request, token events still logged', async
   t.match((await send(`${h.adminUrl}/metrics`)).body, /auth_sidecar_proxy_request_duration_seconds_count\{status="200"\} 3/, 'metrics still count them')
 })
 
-t.test('metrics: conventional process names, failure series at 0 from the first scrape, build info', async (t) => {
-  const h = await build(t)
+t.test('metrics: conventional process names, every series of the sidecar\'s counters at 0 from the first scrape, build info', async (t) => {
+  // the first grant hangs: nothing has happened yet when the first scrape comes
+  const h = await build(t, {}, {}, { faults: [{ hang: true }] })
+  await until(() => h.tokenServer.grants.length === 1)
   const body = (await send(`${h.adminUrl}/metrics`)).body
   t.match(body, /^process_cpu_seconds_total /m)
   t.match(body, /^process_resident_memory_bytes /m)
   t.match(body, /^nodejs_heap_size_used_bytes /m)
   t.notMatch(body, /auth_sidecar_process_|auth_sidecar_nodejs_/)
-  for (const grant of ['password', 'refresh_token']) {
-    for (const outcome of ['rejected', 'error']) t.match(body, `auth_sidecar_token_grants_total{grant_type="${grant}",outcome="${outcome}"} 0`)
+  const series = (name: string): string[] => body.split('\n').filter((l) => l.startsWith(`${name}{`))
+  const grants = series('auth_sidecar_token_grants_total')
+  t.equal(grants.length, 9, 'three grant types times three outcomes')
+  for (const grant of ['password', 'client_credentials', 'refresh_token']) {
+    for (const outcome of ['success', 'rejected', 'error']) t.ok(grants.includes(`auth_sidecar_token_grants_total{grant_type="${grant}",outcome="${outcome}"} 0`), `${grant} ${outcome} at 0`)
   }
-  for (const reason of ['unreachable', 'timeout', 'reset']) t.match(body, `auth_sidecar_upstream_errors_total{reason="${reason}"} 0`)
+  t.same(series('auth_sidecar_upstream_errors_total').sort(), ['unreachable', 'timeout', 'reset'].map((r) => `auth_sidecar_upstream_errors_total{reason="${r}"} 0`).sort())
+  t.same(series('auth_sidecar_logouts_total').sort(), ['success', 'rejected', 'error', 'skipped'].map((o) => `auth_sidecar_logouts_total{outcome="${o}"} 0`).sort())
+  t.match(body, /^auth_sidecar_ready 0$/m)
   t.match(body, /^auth_sidecar_build_info\{version="\d+\.\d+\.\d+[^"]*"\} 1$/m)
 })
 
@@ -60,7 +67,6 @@ t.test('LOG_LEVEL=debug: each token request and answer status, retry decisions, 
   const h = await build(t, { LOG_LEVEL: 'debug' }, { users: { 'service-user': 'not-yet' } })
   await until(() => h.tokenServer.grants.length >= 1)
   h.tokenServer.users['service-user'] = 'service-password-9f8e7d'
-  await until(() => h.app.tokens.ready(), 5_000).catch(() => {})
   const debug = h.log.records().filter((r) => r.level === 20)
   t.ok(debug.some((r) => r.msg === 'token request' && r.grant === 'password' && typeof r.tokenUrl === 'string'))
   t.ok(debug.some((r) => r.msg === 'token endpoint answered' && r.status === 400))

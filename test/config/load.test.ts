@@ -37,7 +37,7 @@ t.test('defaults and derived values', async (t) => {
   })
   t.equal(c.accessLog, true)
   t.same(c.warnings, [])
-  t.same(c.proxy, { host: '127.0.0.1', port: 8080, maxRequests: 1024 })
+  t.same(c.proxy, { host: '127.0.0.1', port: 8080, maxRequests: 1024, websocketMaxMessageBytes: 1_048_576 })
   t.same(c.admin, { host: '0.0.0.0', port: 9090 })
   t.equal(c.logLevel, 'info')
   t.same(c.token, { timeoutMs: 10000, waitMs: 5000, retryMinMs: 1000, retryMaxMs: 30000, rejectedRetryMs: 60000 })

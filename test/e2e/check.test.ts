@@ -187,3 +187,21 @@ t.test('node dist/main.js check: the same from the built entry point, no listene
   t.equal(await bad.exited, CHECK_EXIT.grant)
   t.match(bad.stdout.join('\n'), /FAIL grant/)
 })
+
+t.test('check: discovery that fails is its own step, exit 3', async (t) => {
+  const s = await servers(t, {}, [{ status: 404, body: '{"error":"Realm does not exist"}' }])
+  const { code, lines } = await check({ ...s.env, AUTH_URL: '', AUTH_ISSUER_URL: s.tokenServer.issuer })
+  t.equal(code, CHECK_EXIT.discovery)
+  t.match(lines.at(-1), /^FAIL discovery: discovery: .*\/\.well-known\/openid-configuration answered 404/)
+  t.equal(s.tokenServer.grants.length, 0, 'no grant after a failed discovery')
+})
+
+t.test('check: an end-session endpoint that fails is its own step, exit 6, after the other steps passed', async (t) => {
+  // the grant is answered as usual, the end-session request with a 500
+  const s = await servers(t, {}, [{ delayMs: 0 }, { status: 500, body: '{"error":"unknown_error"}' }])
+  const { code, lines, output } = await check(s.env)
+  t.equal(code, CHECK_EXIT.session, output)
+  t.match(lines.at(-2), /^ok {3}upstream:/)
+  t.match(lines.at(-1), /^FAIL session: session not ended: the end-session endpoint .*\/logout answered 500 unknown_error/)
+  noSecrets(t, output, s.tokenServer)
+})

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { Agent, request as httpRequest } from 'node:http'
 import t, { type Test } from 'tap'
-import { send } from '../helpers/build.js'
+import { send, until } from '../helpers/build.js'
 import { memoryOf, root, startSidecar } from '../helpers/process.js'
 
 /** Body size for the flat-memory runs; STREAM_MB=1024 for the full gigabyte. */
@@ -165,6 +165,22 @@ t.test('a quiet event stream is not cut by the timeout for response headers; a s
   t.equal(quiet.status, 200)
   t.equal(quiet.body, 'data: event 1\n\ndata: event 2\n\ndata: event 3\n\n', 'three events, a second apart, all delivered')
 
-  const stalled = await send(`${s.proxyUrl}/_sse/2/4000`).then((r) => r.body, (e: Error) => `error: ${e.message}`)
-  t.not(stalled, 'data: event 1\n\ndata: event 2\n\n', 'a body silent for longer than UPSTREAM_IDLE_TIMEOUT_MS is cut')
+  // headers at once, the first event only after 4 s
+  const started = Date.now()
+  const stalled = await new Promise<{ status: number, body: string, ending: string, ms: number }>((resolve) => {
+    const req = httpRequest(`${s.proxyUrl}/_sse/2/4000`, { agent: false }, (res) => {
+      let body = ''
+      res.on('data', (c: Buffer) => { body += c.toString() })
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body, ending: 'complete', ms: Date.now() - started }))
+      res.on('error', (err: NodeJS.ErrnoException) => resolve({ status: res.statusCode ?? 0, body, ending: err.code ?? err.message, ms: Date.now() - started }))
+    })
+    req.on('error', (err: NodeJS.ErrnoException) => resolve({ status: 0, body: '', ending: err.code ?? err.message, ms: Date.now() - started }))
+    req.end()
+  })
+  t.equal(stalled.status, 200, 'the stream had begun')
+  t.equal(stalled.body, '', 'no event came through')
+  t.equal(stalled.ending, 'ECONNRESET', 'the body was cut, not ended as if complete')
+  t.ok(stalled.ms >= 2_400 && stalled.ms < 4_000, `cut after ${stalled.ms} ms of silence (UPSTREAM_IDLE_TIMEOUT_MS 2500), before the event at 4 s`)
+  await until(() => s.run.stdout.some((l) => l.includes('upstream closed the connection in the middle of its answer')) && s.run.stdout.some((l) => l.includes('"path":"/_sse/2/4000"')))
+  t.match(s.run.stdout.find((l) => l.includes('"path":"/_sse/2/4000"')), /"status":502/, 'logged as the upstream\'s failure')
 })

@@ -7,11 +7,15 @@ import type { Test } from 'tap'
  * authority asked for (recorded in `tunnels`), or with 403 for those `refuse`
  * names; anything else gets 405. Closed in teardown.
  */
-export async function connectProxy (t: Test, refuse: (authority: string) => boolean = () => false): Promise<{ url: string, tunnels: string[] }> {
+export async function connectProxy (t: Test, refuse: (authority: string) => boolean = () => false, credentials?: { username: string, password: string }): Promise<{ url: string, tunnels: string[] }> {
   const tunnels: string[] = []
   const proxy = createServer((_req, res) => { res.writeHead(405).end() })
   proxy.on('connect', (req, client, head) => {
     const authority = req.url ?? ''
+    if (credentials !== undefined && req.headers['proxy-authorization'] !== `Basic ${Buffer.from(`${credentials.username}:${credentials.password}`).toString('base64')}`) {
+      client.end('HTTP/1.1 407 Proxy Authentication Required\r\nproxy-authenticate: Basic realm="egress"\r\ncontent-length: 0\r\n\r\n')
+      return
+    }
     tunnels.push(authority)
     if (refuse(authority)) {
       client.end('HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n')

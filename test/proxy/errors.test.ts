@@ -65,3 +65,12 @@ t.test('upstream too slow with its headers: 504 upstream_timeout after UPSTREAM_
   const ok = await send(`${h.proxyUrl}/_slow/50`)
   t.equal(ok.status, 200, 'a fast enough answer passes')
 })
+
+t.test('upstream failures are logged once, as the sidecar\'s own line, without a stack trace', async (t) => {
+  const h = await build(t, { BASE_URL: 'http://127.0.0.1:1/api' })
+  await until(() => h.app.tokens.ready())
+  t.equal((await send(`${h.proxyUrl}/x`)).status, 502)
+  const warnings = h.log.records().filter((r) => (r.level as number) >= 40)
+  t.same(warnings.map((r) => [r.msg, r.upstreamError]), [['upstream request failed', 'ECONNREFUSED']])
+  t.notMatch(h.log.lines.join('\n'), /"stack"|\\n\s+at /)
+})

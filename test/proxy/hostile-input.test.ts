@@ -37,9 +37,9 @@ t.test('two Host headers, or a Connection header naming Content-Length, Transfer
   ]
   for (const text of cases) t.equal(statusOf(await rawRequest(h.proxyPort, text)), 400, text.split('\r\n').slice(1, 3).join(' | '))
   t.equal(h.upstream.received.length, 0)
-  const lines = h.log.records().filter((r) => r.msg === 'request')
-  await until(() => h.log.records().filter((r) => r.msg === 'request').length === cases.length)
-  t.ok(lines.length <= cases.length, 'each refusal has its access-log line')
+  const lines = (): number => h.log.records().filter((r) => r.msg === 'request' && r.status === 400).length
+  await until(() => lines() >= cases.length).catch(() => {})
+  t.equal(lines(), cases.length, 'each refusal has its access-log line')
 })
 
 t.test('X-Original-URL and X-Rewrite-URL are dropped', async (t) => {
@@ -63,13 +63,19 @@ t.test('requests in progress beyond PROXY_MAX_REQUESTS get 503 overloaded at onc
   t.equal((await send(`${h.adminUrl}/healthz`)).status, 200)
   t.same((await Promise.all(slow)).map((r) => r.status), [200, 200, 200])
   t.equal((await send(`${h.proxyUrl}/after`)).status, 200, 'the count went down again')
-  // a client that leaves mid-request frees its place too
-  const socket = connect(h.proxyPort, '127.0.0.1')
-  await new Promise<void>((resolve) => socket.once('connect', () => resolve()))
-  for (let i = 0; i < 3; i++) socket.write(`GET /_slow/300?${i} HTTP/1.1\r\nHost: x\r\n\r\n`)
-  socket.destroy()
-  await new Promise((resolve) => setTimeout(resolve, 400))
-  t.same(await Promise.all([send(`${h.proxyUrl}/a`), send(`${h.proxyUrl}/b`), send(`${h.proxyUrl}/c`)]).then((rs) => rs.map((r) => r.status)), [200, 200, 200])
+  // clients that leave mid-request free their places at once, long before
+  // the upstream would have answered them
+  const before = h.upstream.received.length
+  const sockets = Array.from({ length: 3 }, (_, i) => {
+    const socket = connect(h.proxyPort, '127.0.0.1')
+    socket.write(`GET /_slow/60000?${i} HTTP/1.1\r\nHost: x\r\n\r\n`)
+    return socket
+  })
+  await until(() => h.upstream.received.length === before + 3)
+  t.equal((await send(`${h.proxyUrl}/full`)).status, 503, 'three in progress: full')
+  for (const socket of sockets) socket.destroy()
+  await new Promise((resolve) => setTimeout(resolve, 200))
+  t.same(await Promise.all([send(`${h.proxyUrl}/a`), send(`${h.proxyUrl}/b`), send(`${h.proxyUrl}/c`)]).then((rs) => rs.map((r) => r.status)), [200, 200, 200], 'their places are free again')
 })
 
 t.test('request headers must be complete in time: 408 and the connection closed; the admin port unaffected', async (t) => {
@@ -90,9 +96,35 @@ t.test('request headers must be complete in time: 408 and the connection closed;
   t.equal((await send(`${h.adminUrl}/healthz`)).status, 200)
   for (const r of await Promise.all(results)) {
     t.match(r.answer, /^HTTP\/1\.1 408 /)
+    t.match(r.answer, /\r\n\r\n\{"error":"request_timeout","message":"[^"]+"\}$/, 'the sidecar\'s JSON shape')
     t.ok(r.ms < 5_000, `closed after ${r.ms} ms`)
   }
   t.equal(h.upstream.received.length, 0)
+  const timedOut = (): number => h.log.records().filter((r) => r.msg === 'request' && r.status === 408).length
+  await until(() => timedOut() === 5).catch(() => {})
+  t.equal(timedOut(), 5, 'each logged with an access line (408)')
+})
+
+t.test('what Node refuses before a route (a malformed request, headers too large) and CONNECT: the sidecar\'s JSON shape and an access line', async (t) => {
+  const h = await build(t)
+  await until(() => h.app.tokens.ready())
+  const cases: Array<[string, number, string]> = [
+    ['GET /a b c\r\nHost: x\r\n\r\n', 400, 'malformed_request'],
+    ['GET /x HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n', 400, 'malformed_request'],
+    [`GET /big HTTP/1.1\r\nHost: x\r\nX-Big: ${'y'.repeat(20_000)}\r\n\r\n`, 431, 'headers_too_large'],
+    ['CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n', 405, 'method_not_allowed']
+  ]
+  for (const [request, status, error] of cases) {
+    const raw = await rawRequest(h.proxyPort, request)
+    t.equal(statusOf(raw), status, `${request.slice(0, 30)}: ${status}`)
+    t.match(raw, new RegExp(`\\r\\n\\r\\n\\{"error":"${error}","message":"[^"]+"\\}$`), error)
+    t.match(raw, /\r\nx-request-id: [0-9a-f-]{36}\r\n/i)
+  }
+  await until(() => h.log.records().filter((r) => r.msg === 'request').length === cases.length)
+  t.same(h.log.records().filter((r) => r.msg === 'request').map((r) => r.status), cases.map(([, status]) => status), 'one access line each')
+  t.ok(h.log.records().some((r) => r.msg === 'request' && r.method === 'CONNECT' && r.status === 405))
+  t.equal(h.upstream.received.length, 0, 'nothing forwarded')
+  t.equal((await send(`${h.proxyUrl}/fine`)).status, 200)
 })
 
 t.test('time queued for a free upstream connection counts against UPSTREAM_TIMEOUT_MS', async (t) => {

@@ -1,6 +1,7 @@
 import { createServer, type Server, type Socket } from 'node:net'
+import { request as httpRequest } from 'node:http'
 import t, { type Test } from 'tap'
-import { build, rawRequest, send, statusOf, until } from '../helpers/build.js'
+import { build, metric, rawRequest, send, statusOf, until } from '../helpers/build.js'
 
 /**
  * A raw TCP upstream: `answer(requestHead, socket, index)` decides what each
@@ -109,4 +110,61 @@ t.test('malformed client input: a 4xx or a closed connection, and the next reque
   }
   t.equal(h.upstream.received.length, 0, 'none reached the upstream')
   t.equal((await send(`${h.proxyUrl}/after`)).status, 200, 'the next request is served')
+})
+
+t.test('clients that leave: their queued requests never reach the upstream, those in flight are aborted and not sent again', async (t) => {
+  const h = await build(t, { UPSTREAM_CONNECTIONS: '4', UPSTREAM_TIMEOUT_MS: '30000' })
+  await until(() => h.app.tokens.ready())
+  const clients = Array.from({ length: 100 }, (_, i) => {
+    const req = httpRequest(`${h.proxyUrl}/_slow/60000?${i}`, { agent: false })
+    req.on('error', () => {})
+    req.end()
+    return req
+  })
+  await until(() => h.upstream.received.length === 4)
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  for (const req of clients) req.destroy()
+  await until(() => h.upstream.inFlight === 0, 2_000).catch(() => {})
+  t.equal(h.upstream.inFlight, 0, 'the four in flight were aborted, their connections closed')
+  await new Promise((resolve) => setTimeout(resolve, 1_000))
+  t.equal(h.upstream.received.length, 4, 'none of the 96 queued ones was sent, and nothing was sent again')
+  const failures = h.log.records().filter((r) => r.msg === 'upstream request failed')
+  t.same(failures, [], 'not logged as the upstream\'s failure')
+  t.equal(await metric(h.adminUrl, 'auth_sidecar_upstream_errors_total{reason="reset"}'), 0)
+  t.equal((await send(`${h.proxyUrl}/after`)).status, 200, 'the pool serves the next client')
+})
+
+/** Every line logged, raw: no stack trace may be in any. */
+const stackIn = (lines: string[]): string[] => lines.filter((l) => /\\n\s+at /.test(l) || /"stack":/.test(l))
+
+t.test('an upstream that closes in the middle of a body: logged and counted as the upstream\'s failure (reset), not as the client leaving', async (t) => {
+  const up = await rawUpstream(t, (_head, socket) => {
+    socket.write('HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n' + 'x'.repeat(1000))
+    setTimeout(() => socket.destroy(), 50)
+  })
+  const h = await build(t, { BASE_URL: up.url })
+  await until(() => h.app.tokens.ready())
+  await send(`${h.proxyUrl}/half`).catch(() => {})
+  await until(() => h.log.records().some((r) => r.msg === 'request'))
+  const line = h.log.records().find((r) => r.msg === 'request')!
+  t.equal(line.status, 502, 'the access line says the upstream failed, not 499')
+  t.ok(h.log.records().some((r) => r.level === 40 && r.upstreamError !== undefined && r.requestId === line.requestId), 'a warning names the upstream\'s error')
+  t.equal(await metric(h.adminUrl, 'auth_sidecar_upstream_errors_total{reason="reset"}'), 1)
+  t.same(stackIn(h.log.lines), [], 'no stack trace')
+})
+
+t.test('a client that stops in the middle of an upload: its own 499, not counted or logged as an upstream failure', async (t) => {
+  const h = await build(t)
+  await until(() => h.app.tokens.ready())
+  const req = httpRequest(`${h.proxyUrl}/_echo`, { method: 'POST', agent: false, headers: { 'content-length': String(1_000_000) } })
+  req.on('error', () => {})
+  req.write(Buffer.alloc(100_000, 1))
+  await until(() => h.upstream.received.length === 1)
+  req.destroy()
+  await until(() => h.log.records().some((r) => r.msg === 'request'))
+  await new Promise((resolve) => setTimeout(resolve, 200))
+  t.same(h.log.records().filter((r) => r.msg === 'request').map((r) => r.status), [499], 'one access line, the client\'s 499')
+  t.same(h.log.records().filter((r) => (r.level as number) >= 40).map((r) => r.msg), [], 'no warning: nothing failed on the upstream side')
+  t.equal(await metric(h.adminUrl, 'auth_sidecar_upstream_errors_total{reason="reset"}'), 0)
+  t.same(stackIn(h.log.lines), [], 'no stack trace')
 })

@@ -7,7 +7,7 @@ import { connectProxy } from '../helpers/connect-proxy.js'
 
 interface Handshake { url: string, headers: IncomingHttpHeaders, protocol: string }
 
-async function wsUpstream (t: Test): Promise<{ url: string, handshakes: Handshake[] }> {
+async function wsUpstream (t: Test): Promise<{ url: string, handshakes: Handshake[], wss: WebSocketServer }> {
   const handshakes: Handshake[] = []
   const server = createServer()
   const wss = new WebSocketServer({ server })
@@ -26,7 +26,7 @@ async function wsUpstream (t: Test): Promise<{ url: string, handshakes: Handshak
     server.closeAllConnections()
     await new Promise<void>((resolve) => server.close(() => resolve()))
   })
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, handshakes }
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, handshakes, wss }
 }
 
 /** Messages received so far, per socket: a message may arrive in the same tick as 'open'. */
@@ -221,4 +221,91 @@ t.test('an egress proxy that refuses the tunnel: the handshake gets 502', async 
   await until(() => h.app.tokens.ready())
   t.equal(statusOf(await rawRequest(h.proxyPort, `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}\r\n`)), 502)
   t.equal(up.handshakes.length, 0)
+})
+
+t.test('a message larger than WEBSOCKET_MAX_MESSAGE_BYTES closes the session with 1009, either way; smaller ones pass', async (t) => {
+  const up = await wsUpstream(t)
+  const h = await build(t, { BASE_URL: up.url, WEBSOCKET_MAX_MESSAGE_BYTES: '65536' })
+  await until(() => h.app.tokens.ready())
+  const ws = await open(`${h.proxyUrl.replace('http', 'ws')}/big`)
+  ws.send(Buffer.alloc(60_000, 1), { binary: true })
+  t.equal(Buffer.byteLength(await next(ws)), 60_000, 'under the bound: relayed')
+  const done = closed(ws)
+  ws.send(Buffer.alloc(70_000, 2), { binary: true })
+  t.equal(await done, 1009, 'over it: 1009 (message too big)')
+
+  // an upstream that sends too much: the client gets 1009 too
+  const server = createServer()
+  const wss = new WebSocketServer({ server })
+  wss.on('connection', (socket) => socket.send(Buffer.alloc(70_000, 3)))
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { for (const c of wss.clients) c.terminate(); server.close() })
+  const h2 = await build(t, { BASE_URL: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, WEBSOCKET_MAX_MESSAGE_BYTES: '65536' })
+  await until(() => h2.app.tokens.ready())
+  const ws2 = new WebSocket(`${h2.proxyUrl.replace('http', 'ws')}/x`)
+  t.equal(await closed(ws2), 1009)
+})
+
+t.test('a client that reads nothing: the upstream is no longer read once a megabyte waits for it', async (t) => {
+  // an upstream that sends as fast as its socket takes it, and counts
+  const server = createServer()
+  const wss = new WebSocketServer({ server })
+  let sent = 0
+  wss.on('connection', (socket) => {
+    const chunk = Buffer.alloc(16 * 1024, 7)
+    const pump = (): void => {
+      while (socket.readyState === WebSocket.OPEN && socket.bufferedAmount < 256 * 1024) { socket.send(chunk); sent += chunk.length }
+      if (socket.readyState === WebSocket.OPEN) setTimeout(pump, 5)
+    }
+    pump()
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { for (const c of wss.clients) c.terminate(); server.closeAllConnections(); server.close() })
+  const h = await build(t, { BASE_URL: `http://127.0.0.1:${(server.address() as AddressInfo).port}` })
+  await until(() => h.app.tokens.ready())
+  const ws = await open(`${h.proxyUrl.replace('http', 'ws')}/flood`)
+  ;(ws as unknown as { _socket: { pause(): void } })._socket.pause() // this test's client stops reading
+  await new Promise((resolve) => setTimeout(resolve, 1_500))
+  const after = sent
+  await new Promise((resolve) => setTimeout(resolve, 1_000))
+  t.ok(sent - after < 512 * 1024, `the upstream could send ${((sent - after) / 1024).toFixed(0)} KiB more in a second once the sidecar stopped reading`)
+  t.ok(sent < 32 * 1024 * 1024, `${(sent / 1024 / 1024).toFixed(1)} MiB sent in all, held in socket buffers, not the sidecar`)
+  ws.terminate()
+})
+
+t.test('a client that leaves during the handshake takes the upstream connection with it at once, and the line is its own (499)', async (t) => {
+  // an upstream that takes the connection and never answers the handshake
+  const held: import('node:net').Socket[] = []
+  const server = createServer()
+  // it reads, so that it notices when the sidecar closes the connection
+  server.on('upgrade', (_req, socket) => { held.push(socket as import('node:net').Socket); socket.resume() })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { for (const s of held) s.destroy(); server.close() })
+  const h = await build(t, { BASE_URL: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, UPSTREAM_TIMEOUT_MS: '30000' })
+  await until(() => h.app.tokens.ready())
+  const client = (await import('node:net')).connect(h.proxyPort, '127.0.0.1')
+  client.write('GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n')
+  await until(() => held.length === 1)
+  const upstreamClosed = new Promise<number>((resolve) => held[0]!.once('end', () => resolve(Date.now())))
+  const left = Date.now()
+  client.end()
+  const closedAt = await Promise.race([upstreamClosed, new Promise<number>((resolve) => setTimeout(() => resolve(Infinity), 3_000))])
+  t.ok(closedAt - left < 1_000, 'the upstream connection closed within a second, not after UPSTREAM_TIMEOUT_MS')
+  await until(() => h.log.records().some((r) => r.msg === 'request' && r.path === '/ws'))
+  const line = h.log.records().find((r) => r.msg === 'request' && r.path === '/ws')!
+  t.equal(line.status, 499)
+  t.notOk(h.log.records().some((r) => r.msg === 'websocket upstream failed'), 'not blamed on the upstream')
+})
+
+t.test('when the client side of a handshake fails after the upstream\'s succeeded, the upstream connection is closed', async (t) => {
+  const up = await wsUpstream(t)
+  const h = await build(t, { BASE_URL: up.url })
+  await until(() => h.app.tokens.ready())
+  const client = (await import('node:net')).connect(h.proxyPort, '127.0.0.1')
+  client.write('GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n')
+  // the client gives up the moment the upstream has accepted the upgrade
+  await until(() => up.handshakes.length === 1)
+  client.destroy()
+  await until(() => up.wss.clients.size === 0, 2_000).catch(() => {})
+  t.equal(up.wss.clients.size, 0, 'the upstream WebSocket was closed')
 })
