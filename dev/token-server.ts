@@ -8,7 +8,8 @@ import type { AddressInfo } from 'node:net'
  * token path, the same success fields, the same error bodies and statuses,
  * refresh-token rotation, offline tokens (`refresh_expires_in: 0`) and SSO
  * session limits. `npm run demo` runs on it; the tests drive it and inject
- * faults. Never a production component.
+ * faults. Client assertions are accepted unverified (the tests check them).
+ * Never a production component.
  */
 
 export interface TokenServerOptions {
@@ -43,7 +44,7 @@ export interface GrantRecord {
   form: Record<string, string>
   params: Array<[string, string]>
   /** how the client authenticated: form fields, an Authorization header (client_secret_basic), or not at all */
-  clientAuth: 'post' | 'basic' | 'none'
+  clientAuth: 'post' | 'basic' | 'jwt' | 'none'
   at: number
   status: number
 }
@@ -52,7 +53,7 @@ export interface GrantRecord {
 export interface LogoutRecord {
   endpoint: 'logout' | 'revoke'
   form: Record<string, string>
-  clientAuth: 'post' | 'basic' | 'none'
+  clientAuth: 'post' | 'basic' | 'jwt' | 'none'
   status: number
 }
 
@@ -286,6 +287,11 @@ export class TokenServer {
       given = formDecode(decoded.slice(colon + 1))
     }
     if (clientId === undefined || !(clientId in this.clients)) return kcError(KC.unknownClient)
+    // A client assertion is taken as it is: the tests verify what was sent,
+    // and the real-Keycloak tests have Keycloak verify it.
+    if (form.client_assertion !== undefined) {
+      return form.client_assertion_type === 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer' && form.client_secret === undefined ? { clientId } : kcError(KC.unknownClient)
+    }
     const secret = this.clients[clientId]
     if (secret !== undefined && given !== secret) return kcError(KC.badClientSecret)
     return { clientId }
@@ -432,8 +438,8 @@ function writeFault (res: ServerResponse, fault: { status: number, body: string,
   res.end(fault.body)
 }
 
-function clientAuthOf (form: Record<string, string>, authorization: string | undefined): 'post' | 'basic' | 'none' {
-  return authorization !== undefined ? 'basic' : form.client_secret !== undefined ? 'post' : 'none'
+function clientAuthOf (form: Record<string, string>, authorization: string | undefined): 'post' | 'basic' | 'jwt' | 'none' {
+  return authorization !== undefined ? 'basic' : form.client_assertion !== undefined ? 'jwt' : form.client_secret !== undefined ? 'post' : 'none'
 }
 
 function kcError (e: { status: number, error: string, description: string }): { status: number, body: object } {

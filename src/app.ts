@@ -12,6 +12,7 @@ import { UpstreamDispatcher } from './proxy/upstream.js'
 import { SecretScrubber } from './secrets.js'
 import { AuthServer } from './token/auth-server.js'
 import { BasicAuthorization } from './token/basic.js'
+import { ClientAuthenticator } from './token/client-auth.js'
 import { systemClock, type Clock } from './token/clock.js'
 import type { GetJson, PostForm } from './token/grant.js'
 import { createGetJson, createPostForm } from './token/http.js'
@@ -106,14 +107,20 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       post ??= createPostForm(tokenDispatcher)
       get ??= createGetJson(tokenDispatcher)
     }
-    const { tokenUrl, issuerUrl, alternateTokenUrl, grantType, clientAuth, clientId, scope, params } = config.auth
+    const { tokenUrl, issuerUrl, alternateTokenUrl, grantType, clientAuth, clientId, clientKeyAlg, clientKeyId, scope, params } = config.auth
     const clock = deps.clock ?? systemClock
     const server = new AuthServer({
       ...(tokenUrl !== undefined && { tokenUrl }),
       ...(issuerUrl !== undefined && { issuerUrl }),
       ...(alternateTokenUrl !== undefined && { alternateTokenUrl }),
       grantType,
-      client: { clientId, clientAuth, params, ...(scope !== undefined && { scope }) },
+      client: new ClientAuthenticator({
+        clientId,
+        clientAuth,
+        ...(clientKeyAlg !== undefined && { keyAlg: clientKeyAlg }),
+        ...(clientKeyId !== undefined && { keyId: clientKeyId })
+      }),
+      extras: { params, ...(scope !== undefined && { scope }) },
       credentials,
       post,
       get,

@@ -121,7 +121,7 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say, logge
     }
     try {
       const { grant, tokenUrl, set } = await tokens.grantOnce()
-      say('ok', 'grant', `${grant} grant at ${tokenUrl}: ${lifetimes(set)}; ${claims(set.accessToken)}`)
+      say('ok', 'grant', `${grant} grant at ${tokenUrl} (${await clientMode(tokens, config)}): ${lifetimes(set)}; ${claims(set.accessToken)}`)
     } catch (err) {
       say('FAIL', 'grant', `${(err as Error).message}${advice(err, config, 'auth')}`)
       return CHECK_EXIT.grant
@@ -175,6 +175,13 @@ async function upstreamStep (app: App, config: Config, args: CheckArgs, say: Say
   }
   say('ok', 'upstream', `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, token accepted`)
   return CHECK_EXIT.ok
+}
+
+/** How the client authenticated, and with which key: `private_key_jwt, key kid ... (ES256)`. */
+async function clientMode (tokens: TokenManager, config: Config): Promise<string> {
+  const mode = config.auth.mode === 'oauth2' ? config.auth.clientAuth : 'basic'
+  const key = await tokens.clientKey()
+  return key === undefined ? mode : `${mode}, key kid ${key.kid} (${key.alg})`
 }
 
 function describeConfig (config: Config): string {

@@ -7,6 +7,10 @@ export interface Credentials {
   username?: string
   password?: string
   clientSecret?: string
+  /** private_key_jwt: the key file's text */
+  clientKey?: string
+  /** federated_jwt: the assertion file's text */
+  clientAssertion?: string
 }
 
 /** How often mounted secret files are checked for a change. */
@@ -36,11 +40,11 @@ export class CredentialStore {
   }
 
   read (): Credentials {
-    const { username, password, clientSecret } = this.#sources
     const creds: Credentials = {}
-    if (username) creds.username = this.#value(username)
-    if (password) creds.password = this.#value(password)
-    if (clientSecret) creds.clientSecret = this.#value(clientSecret)
+    for (const name of ['username', 'password', 'clientSecret', 'clientKey', 'clientAssertion'] as const) {
+      const source = this.#sources[name]
+      if (source !== undefined) creds[name] = this.#value(source)
+    }
     return creds
   }
 

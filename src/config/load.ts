@@ -1,5 +1,6 @@
 import envSchema from 'env-schema'
 import { resolve } from 'node:path'
+import { clientAuthSettings } from './client-auth.js'
 import { unknownVariableWarnings } from './names.js'
 import { envJsonSchema, properties, type VariableName } from './schema.js'
 import type { ClientAuth, Config, LogLevel, PrimaryGrant } from './types.js'
@@ -80,23 +81,22 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
   const mode = str('AUTH_MODE') === 'basic' ? 'basic' : 'oauth2'
 
   const grantType: PrimaryGrant = str('AUTH_GRANT_TYPE') === 'client_credentials' ? 'client_credentials' : 'password'
-  const clientAuth: ClientAuth = str('AUTH_CLIENT_AUTH') === 'client_secret_basic' ? 'client_secret_basic' : 'client_secret_post'
   const serviceAccount = mode === 'basic' || grantType === 'password'
   if (!serviceAccount) {
     for (const name of ['AUTH_USERNAME', 'AUTH_USERNAME_FILE', 'AUTH_PASSWORD', 'AUTH_PASSWORD_FILE'] as const) {
       if (raw[name] !== undefined) warnings.push(`${name} is not used by the client_credentials grant (AUTH_GRANT_TYPE)`)
     }
   }
-  const secretNeeded = mode === 'oauth2' && (grantType === 'client_credentials' || clientAuth === 'client_secret_basic')
+  const client = mode === 'oauth2' ? clientAuthSettings(raw, cwd, grantType, problems, warnings) : { clientAuth: 'client_secret_post' as ClientAuth, secretNeeded: false }
   const credentials = {
     username: serviceAccount ? credentialSource('AUTH_USERNAME', 'AUTH_USERNAME_FILE', raw, cwd, problems, true) : undefined,
     password: serviceAccount ? credentialSource('AUTH_PASSWORD', 'AUTH_PASSWORD_FILE', raw, cwd, problems, true) : undefined,
     clientSecret: credentialSource('AUTH_CLIENT_SECRET', 'AUTH_CLIENT_SECRET_FILE', raw, cwd, problems, false)
   }
-  if (secretNeeded && credentials.clientSecret === undefined && raw.AUTH_CLIENT_SECRET === undefined && raw.AUTH_CLIENT_SECRET_FILE === undefined) {
-    problems.push(grantType === 'client_credentials'
-      ? 'AUTH_CLIENT_SECRET (or AUTH_CLIENT_SECRET_FILE) is required by the client_credentials grant: a confidential client with "Service accounts roles" on'
-      : 'AUTH_CLIENT_SECRET (or AUTH_CLIENT_SECRET_FILE) is required by AUTH_CLIENT_AUTH=client_secret_basic')
+  if (client.secretNeeded && credentials.clientSecret === undefined && raw.AUTH_CLIENT_SECRET === undefined && raw.AUTH_CLIENT_SECRET_FILE === undefined) {
+    problems.push(client.clientAuth !== 'client_secret_post'
+      ? `AUTH_CLIENT_SECRET (or AUTH_CLIENT_SECRET_FILE) is required by AUTH_CLIENT_AUTH=${client.clientAuth}`
+      : 'AUTH_CLIENT_SECRET (or AUTH_CLIENT_SECRET_FILE) is required by the client_credentials grant: a confidential client with "Service accounts roles" on (or a signed client assertion: AUTH_CLIENT_AUTH=private_key_jwt or federated_jwt)')
   }
 
   let auth: Config['auth'] = { mode: 'basic' }
@@ -131,7 +131,9 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
       ...(issuerUrl !== undefined && { issuerUrl }),
       ...(alternateTokenUrl !== undefined && { alternateTokenUrl }),
       grantType,
-      clientAuth,
+      clientAuth: client.clientAuth,
+      ...(client.keyAlg !== undefined && { clientKeyAlg: client.keyAlg }),
+      ...(client.keyId !== undefined && { clientKeyId: client.keyId }),
       clientId: clientId ?? '',
       ...(scope !== undefined && { scope }),
       params: tokenParams(str('AUTH_TOKEN_PARAMS'), problems),
@@ -159,7 +161,9 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
     credentials: {
       ...(credentials.username && { username: credentials.username }),
       ...(credentials.password && { password: credentials.password }),
-      ...(credentials.clientSecret && { clientSecret: credentials.clientSecret })
+      ...(credentials.clientSecret && { clientSecret: credentials.clientSecret }),
+      ...('clientKey' in client && client.clientKey !== undefined && { clientKey: client.clientKey }),
+      ...('clientAssertion' in client && client.clientAssertion !== undefined && { clientAssertion: client.clientAssertion })
     },
     token: {
       timeoutMs: num('TOKEN_TIMEOUT_MS'),

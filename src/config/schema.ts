@@ -1,3 +1,5 @@
+import { KEY_ALGORITHMS } from './client-key.js'
+
 /**
  * The one list of configuration variables: name, type, default and the line
  * of documentation that README.md, .env.example and the Helm chart repeat.
@@ -62,7 +64,11 @@ export const properties = {
   AUTH_CLIENT_ID: text('OAuth client id; required in oauth2 mode'),
   AUTH_CLIENT_SECRET: text('client secret, for confidential clients; required by client_credentials and client_secret_basic', { secret: true }),
   AUTH_CLIENT_SECRET_FILE: text('file holding the client secret (re-read when it changes)'),
-  AUTH_CLIENT_AUTH: text('how the client authenticates to the token endpoint: client_secret_post (form fields) or client_secret_basic (an Authorization header, RFC 6749 2.3.1)', { enum: ['client_secret_post', 'client_secret_basic'], default: DEFAULT_AUTH_CLIENT_AUTH }),
+  AUTH_CLIENT_AUTH: text('how the client authenticates to the token endpoint: client_secret_post (form fields), client_secret_basic (an Authorization header, RFC 6749 2.3.1), private_key_jwt (an assertion signed with AUTH_CLIENT_KEY_FILE), client_secret_jwt (an assertion signed with AUTH_CLIENT_SECRET, HS256) or federated_jwt (the JWT in AUTH_CLIENT_ASSERTION_FILE, as it is)', { enum: ['client_secret_post', 'client_secret_basic', 'private_key_jwt', 'client_secret_jwt', 'federated_jwt'], default: DEFAULT_AUTH_CLIENT_AUTH }),
+  AUTH_CLIENT_KEY_FILE: text('private_key_jwt: file holding the client\'s private key, PEM (PKCS#8, PKCS#1 or SEC1) or a JWK with "d"; RSA, EC P-256/P-384 or Ed25519 (re-read when it changes)'),
+  AUTH_CLIENT_KEY_ALG: text('private_key_jwt: RS256, PS256, ES256, ES384 or EdDSA; from the key by default (RS256 for RSA)', { enum: KEY_ALGORITHMS }),
+  AUTH_CLIENT_KEY_ID: text('private_key_jwt: the kid of every assertion; the key\'s RFC 7638 thumbprint by default'),
+  AUTH_CLIENT_ASSERTION_FILE: text('federated_jwt: file holding a JWT someone else issues and rotates (a Kubernetes projected service-account token, a SPIFFE JWT-SVID), sent as it is (re-read when it changes)'),
   AUTH_USERNAME: text('service account user name (or AUTH_USERNAME_FILE); required by the password grant and basic mode'),
   AUTH_USERNAME_FILE: text('file holding the user name (re-read when it changes)'),
   AUTH_PASSWORD: text('service account password (or AUTH_PASSWORD_FILE); required by the password grant and basic mode', { secret: true }),

@@ -1,3 +1,4 @@
+import type { KeyAlgorithm } from './client-key.js'
 import type { VariableName } from './schema.js'
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
@@ -6,7 +7,7 @@ export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' |
 export type PrimaryGrant = 'password' | 'client_credentials'
 
 /** How the client authenticates to the token endpoint (AUTH_CLIENT_AUTH). */
-export type ClientAuth = 'client_secret_post' | 'client_secret_basic'
+export type ClientAuth = 'client_secret_post' | 'client_secret_basic' | 'private_key_jwt' | 'client_secret_jwt' | 'federated_jwt'
 
 /** Where one credential comes from: a literal value or a file re-read on change. */
 export interface CredentialSource {
@@ -29,6 +30,9 @@ export interface OAuth2Settings {
   alternateTokenUrl?: string
   grantType: PrimaryGrant
   clientAuth: ClientAuth
+  /** private_key_jwt: AUTH_CLIENT_KEY_ALG and AUTH_CLIENT_KEY_ID, when set */
+  clientKeyAlg?: KeyAlgorithm
+  clientKeyId?: string
   clientId: string
   scope?: string
   /** AUTH_TOKEN_PARAMS, decoded, in order (a name may repeat: RFC 8707 resource) */
@@ -53,6 +57,10 @@ export interface Config {
     username?: CredentialSource
     password?: CredentialSource
     clientSecret?: CredentialSource
+    /** private_key_jwt: the key file */
+    clientKey?: CredentialSource
+    /** federated_jwt: the assertion file */
+    clientAssertion?: CredentialSource
   }
   token: {
     timeoutMs: number

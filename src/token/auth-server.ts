@@ -4,9 +4,10 @@ import type { Logger } from '../logger.js'
 import type { SecretScrubber } from '../secrets.js'
 import type { Clock } from './clock.js'
 import { checkDiscovery, wellKnownUrl, type Endpoints } from './discovery.js'
+import type { ClientAuthenticator } from './client-auth.js'
 import {
-  checkTokenResponse, clientCredentialsGrant, GrantError, passwordGrant, refreshGrant,
-  type GetJson, type GrantInput, type GrantRequest, type GrantType, type PostForm, type TokenEndpointResponse, type TokenSet
+  buildRequest, checkTokenResponse, clientCredentialsGrant, GrantError, passwordGrant, refreshGrant,
+  type Fields, type GetJson, type GrantExtras, type GrantType, type PostForm, type TokenEndpointResponse, type TokenSet
 } from './grant.js'
 import type { TokenEvents } from './source.js'
 
@@ -19,7 +20,10 @@ export interface AuthServerOptions extends TokenEvents {
   alternateTokenUrl?: string
   /** the grant that obtains a token from the credentials */
   grantType: PrimaryGrant
-  client: GrantInput
+  /** the client's part of every request */
+  client: ClientAuthenticator
+  /** AUTH_SCOPE and AUTH_TOKEN_PARAMS, for every grant */
+  extras: GrantExtras
   credentials: { read(): Credentials }
   post: PostForm
   /** for discovery; required with issuerUrl */
@@ -110,42 +114,34 @@ export class AuthServer {
 
   /** The configured grant (password or client_credentials), with the credentials as they are now. */
   async primaryGrant (): Promise<TokenSet> {
-    return await this.#send(this.grantType, this.#primaryRequest())
-  }
-
-  /** The refresh grant; the refresh token is sent once, whatever the answer. */
-  async refreshGrant (refreshToken: string): Promise<TokenSet> {
-    return await this.#send('refresh_token', refreshGrant(this.client(), refreshToken))
-  }
-
-  /** The client's part of every request: its id, its secret as it is now, the scope and AUTH_TOKEN_PARAMS. */
-  client (clientSecret = this.#o.credentials.read().clientSecret): GrantInput {
-    this.#o.secrets.add(clientSecret)
-    const { clientSecret: _configured, ...client } = this.#o.client
-    return { ...client, ...(clientSecret !== undefined && { clientSecret }) }
-  }
-
-  #primaryRequest (): GrantRequest {
     const creds = this.#o.credentials.read()
     this.#o.secrets.add(creds.password)
-    const client = this.client(creds.clientSecret)
-    return this.grantType === 'client_credentials'
-      ? clientCredentialsGrant(client)
-      : passwordGrant(client, creds.username ?? '', creds.password ?? '')
+    const fields = this.grantType === 'client_credentials' ? clientCredentialsGrant() : passwordGrant(creds.username ?? '', creds.password ?? '')
+    return await this.#send(this.grantType, fields)
   }
 
-  async #send (grant: GrantType, request: GrantRequest): Promise<TokenSet> {
+  /** The refresh grant. */
+  async refreshGrant (refreshToken: string): Promise<TokenSet> {
+    return await this.#send('refresh_token', refreshGrant(refreshToken))
+  }
+
+  /** The client's key as its assertions name it (private_key_jwt), for `check`. */
+  async clientKey (): Promise<{ alg: string, kid: string } | undefined> {
+    return await this.#o.client.keyDescription(this.#o.credentials.read())
+  }
+
+  async #send (grant: GrantType, fields: Fields): Promise<TokenSet> {
     try {
       let set: TokenSet
       try {
-        set = await this.#post(grant, this.#tokenUrl ?? '', request)
+        set = await this.#post(grant, this.#tokenUrl ?? '', fields)
       } catch (err) {
         const alternate = this.#alternateTokenUrl
         if (!(err instanceof GrantError) || err.kind !== 'wrong_url' || alternate === undefined || this.#stopped) throw err
         // Keycloak 17+ serves without /auth, older ones with it: the URL was
         // derived from AUTH_URL, so the other layout is tried, once.
         this.#alternateTokenUrl = undefined
-        set = await this.#post(grant, alternate, request).catch((again: unknown) => {
+        set = await this.#post(grant, alternate, fields).catch((again: unknown) => {
           // only a token endpoint judges a grant: 400 or 401 with an OAuth error
           const judged = again instanceof GrantError && again.kind === 'rejected' && (again.status === 400 || again.status === 401) && again.oauthError !== undefined
           if (!judged) throw err
@@ -170,9 +166,8 @@ export class AuthServer {
   }
 
   /** One request to the token endpoint at `url`, its answer checked. */
-  async #post (grant: GrantType, url: string, request: GrantRequest): Promise<TokenSet> {
-    // client_secret_basic: a server that echoes the header echoes the secret, Base64'd
-    this.#o.secrets.add(request.authorization?.slice('Basic '.length))
+  async #post (grant: GrantType, url: string, fields: Fields): Promise<TokenSet> {
+    const request = buildRequest(await this.#prove(url), fields, this.#o.extras)
     this.#o.log.debug({ event: 'token', grant, tokenUrl: url }, 'token request')
     const res = await this.request('token', this.#o.timeoutMs, (signal) => this.#o.post(url, request.form, signal, request.authorization))
     this.#o.log.debug({ event: 'token', grant, status: res.status }, 'token endpoint answered')
@@ -210,10 +205,26 @@ export class AuthServer {
     }
   }
 
-  /** Sends a form to one of the server's endpoints (end-session, revocation). */
-  async postForm (url: string, request: GrantRequest, timeoutMs: number): Promise<TokenEndpointResponse> {
-    this.#o.secrets.add(request.authorization?.slice('Basic '.length))
+  /**
+   * Sends a form to one of the server's endpoints (end-session, revocation),
+   * the client authenticated as for a grant.
+   */
+  async postForm (url: string, fields: Fields, timeoutMs: number): Promise<TokenEndpointResponse> {
+    const request = buildRequest(await this.#prove(this.#tokenUrl ?? url), fields)
     return await this.request('logout', timeoutMs, (signal) => this.#o.post(url, request.form, signal, request.authorization))
+  }
+
+  /**
+   * The client's part of a request, with the credentials as they are now;
+   * what is secret in it is known to the scrubber before anything is sent
+   * (a server that echoes the form or the header echoes it).
+   */
+  async #prove (audience: string): Promise<{ fields: Fields, authorization?: string }> {
+    const creds = this.#o.credentials.read()
+    this.#o.secrets.add(creds.clientSecret)
+    const proof = await this.#o.client.prove(creds, audience)
+    for (const secret of proof.secrets) this.#o.secrets.addToken(secret)
+    return proof
   }
 }
 

@@ -1,4 +1,4 @@
-import type { ClientAuth, PrimaryGrant } from '../config/load.js'
+import type { PrimaryGrant } from '../config/load.js'
 
 /**
  * The token endpoint's protocol: building a grant request and checking its
@@ -42,9 +42,11 @@ export type GetJson = (url: string, signal: AbortSignal) => Promise<TokenEndpoin
  * - `rejected`: the server refused these credentials or this client (a 4xx); retrying soon cannot help;
  * - `transient`: network error, timeout, 5xx, 429; retried with backoff;
  * - `unusable`: a 200 without a token we can use; retried slowly, since each may have opened a session;
- * - `wrong_url`: what answered is not a token endpoint (404, a redirect, an HTML page); retried slowly.
+ * - `wrong_url`: what answered is not a token endpoint (404, a redirect, an HTML page); retried slowly;
+ * - `credential`: the sidecar's own client credential cannot be used (a key that does not parse, an
+ *   assertion that has expired); nothing is sent; retried when its file changes, else slowly.
  */
-export type FailureKind = 'rejected' | 'transient' | 'unusable' | 'wrong_url'
+export type FailureKind = 'rejected' | 'transient' | 'unusable' | 'wrong_url' | 'credential'
 
 const REJECTED_ERRORS = new Set(['invalid_grant', 'invalid_client', 'unauthorized_client'])
 
@@ -65,66 +67,53 @@ export class GrantError extends Error {
   }
 }
 
-export interface GrantInput {
-  clientId: string
-  clientSecret?: string
+/** What every grant carries besides its own fields: AUTH_SCOPE and AUTH_TOKEN_PARAMS. */
+export interface GrantExtras {
   scope?: string
-  /** client_secret_post (form fields, the default) or client_secret_basic (RFC 6749 §2.3.1) */
-  clientAuth?: ClientAuth
-  /** AUTH_TOKEN_PARAMS: sent with every grant after the sidecar's own fields */
+  /** AUTH_TOKEN_PARAMS: sent after the sidecar's own fields */
   params?: ReadonlyArray<readonly [string, string]>
 }
 
-/** One request to the token endpoint: its form, and the Authorization header of client_secret_basic. */
+/** One request to the auth server: its form, and client_secret_basic's Authorization header. */
 export interface GrantRequest {
   form: string
   authorization?: string
 }
 
-export function passwordGrant (input: GrantInput, username: string, password: string): GrantRequest {
-  return request(input, [['grant_type', 'password'], ['username', username], ['password', password]], true)
+export type Fields = Array<[string, string]>
+
+export function passwordGrant (username: string, password: string): Fields {
+  return [['grant_type', 'password'], ['username', username], ['password', password]]
 }
 
-export function clientCredentialsGrant (input: GrantInput): GrantRequest {
-  return request(input, [['grant_type', 'client_credentials']], true)
+export function clientCredentialsGrant (): Fields {
+  return [['grant_type', 'client_credentials']]
 }
 
-export function refreshGrant (input: GrantInput, refreshToken: string): GrantRequest {
-  return request(input, [['grant_type', 'refresh_token'], ['refresh_token', refreshToken]], true)
+export function refreshGrant (refreshToken: string): Fields {
+  return [['grant_type', 'refresh_token'], ['refresh_token', refreshToken]]
 }
 
 /** Keycloak's end-session endpoint, called by the client with the session's refresh token. */
-export function endSessionRequest (input: GrantInput, refreshToken: string): GrantRequest {
-  return request(input, [['refresh_token', refreshToken]], false)
+export function endSessionFields (refreshToken: string): Fields {
+  return [['refresh_token', refreshToken]]
 }
 
 /** RFC 7009 revocation of one token. */
-export function revocationRequest (input: GrantInput, token: string, hint: 'refresh_token' | 'access_token'): GrantRequest {
-  return request(input, [['token', token], ['token_type_hint', hint]], false)
+export function revocationFields (token: string, hint: 'refresh_token' | 'access_token'): Fields {
+  return [['token', token], ['token_type_hint', hint]]
 }
 
-function request (input: GrantInput, fields: Array<[string, string]>, grant: boolean): GrantRequest {
-  const form = new URLSearchParams(fields)
-  let authorization: string | undefined
-  if (input.clientAuth === 'client_secret_basic' && input.clientSecret !== undefined) {
-    // RFC 6749 §2.3.1: each part form-urlencoded, then Base64'd; the client
-    // is identified by the header alone (credentials in both places are
-    // refused by some servers).
-    authorization = `Basic ${Buffer.from(`${formEncode(input.clientId)}:${formEncode(input.clientSecret)}`, 'utf8').toString('base64')}`
-  } else {
-    form.set('client_id', input.clientId)
-    if (input.clientSecret !== undefined) form.set('client_secret', input.clientSecret)
-  }
-  if (grant) {
-    if (input.scope !== undefined) form.set('scope', input.scope)
-    for (const [name, value] of input.params ?? []) form.append(name, value)
-  }
-  return { form: form.toString(), ...(authorization !== undefined && { authorization }) }
-}
-
-/** application/x-www-form-urlencoded encoding of one value. */
-function formEncode (value: string): string {
-  return new URLSearchParams([['', value]]).toString().slice(1)
+/**
+ * A request's form: the client's part (its id and credential, or nothing
+ * but an Authorization header), the request's own fields, and for grants the
+ * scope and AUTH_TOKEN_PARAMS.
+ */
+export function buildRequest (client: { fields: Fields, authorization?: string }, fields: Fields, extras?: GrantExtras): GrantRequest {
+  const form = new URLSearchParams([...fields, ...client.fields])
+  if (extras?.scope !== undefined) form.set('scope', extras.scope)
+  for (const [name, value] of extras?.params ?? []) form.append(name, value)
+  return { form: form.toString(), ...(client.authorization !== undefined && { authorization: client.authorization }) }
 }
 
 /**

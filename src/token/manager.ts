@@ -69,7 +69,7 @@ export class TokenManager implements AuthorizationSource {
   #failures = 0
   #lastFailure = ''
   /** what the last failed grant ran into, for readiness */
-  #lastFailureKind: 'credentials' | 'rejected' | 'wrong_url' | 'unusable' | 'transient' | 'discovery' | undefined
+  #lastFailureKind: 'credentials' | 'rejected' | 'wrong_url' | 'unusable' | 'credential' | 'transient' | 'discovery' | undefined
   #stopped = false
   /** a grant answered after stop(): never used, only its session ended */
   #lateGrant: TokenSet | undefined
@@ -119,6 +119,7 @@ export class TokenManager implements AuthorizationSource {
       case 'rejected': return 'token request refused by the auth server (see the log for its reason)'
       case 'wrong_url': return `wrong token URL: ${this.#server.tokenUrl ?? ''} is not a token endpoint (set AUTH_URL and AUTH_REALM, AUTH_ISSUER_URL, or AUTH_TOKEN_URL)`
       case 'unusable': return 'the token endpoint answered without a usable token (see the log); retrying slowly'
+      case 'credential': return 'the client credential cannot be used (see the log); retrying when its file changes'
       case 'discovery': return `OpenID Connect discovery at ${wellKnownUrl(this.#server.issuerUrl ?? '')} failed (see the log); retrying`
       case 'transient': return 'token endpoint unreachable or failing; retrying'
       default: return 'no valid access token'
@@ -222,6 +223,11 @@ export class TokenManager implements AuthorizationSource {
       if (this.#stopped) return
       this.#failed(step, err)
     }
+  }
+
+  /** The client's key as its assertions name it (private_key_jwt), for `check`. */
+  async clientKey (): Promise<{ alg: string, kid: string } | undefined> {
+    return await this.#server.clientKey()
   }
 
   /** Discovery, if configured and not done yet (the `check` command's first step). */
@@ -337,6 +343,8 @@ export class TokenManager implements AuthorizationSource {
     if (e.kind === 'rejected' && isCredentialRejection(e)) {
       // Every attempt is logged: they are a minute apart, and an operator must see them.
       this.#o.log.error(fields, 'credentials rejected by the auth server: retrying slowly to avoid a lockout')
+    } else if (e.kind === 'credential') {
+      this.#o.log.error(fields, 'the client credential cannot be used: nothing was sent; retrying when its file changes')
     } else if (step === 'discovery' && e.kind === 'wrong_url' && e.message !== this.#lastFailure) {
       this.#o.log.error(fields, 'discovery failed: check AUTH_ISSUER_URL (Keycloak\'s is https://host/realms/<realm>)')
     } else if (e.kind === 'wrong_url' && e.message !== this.#lastFailure) {
@@ -353,7 +361,7 @@ export class TokenManager implements AuthorizationSource {
     const retryAt = this.#clock.now() + delay
     this.#arm(retryAt, () => this.#renewNow())
     this.#retryAt = retryAt
-    this.#waitingOnCredentials = rejected
+    this.#waitingOnCredentials = rejected || e.kind === 'credential'
     this.#failWaiters((w) => w.deadline < retryAt)
   }
 

@@ -1,5 +1,5 @@
 import type { AuthServer } from './auth-server.js'
-import { endSessionRequest, oauthErrorOf, revocationRequest, type GrantRequest } from './grant.js'
+import { endSessionFields, oauthErrorOf, revocationFields, type Fields } from './grant.js'
 import type { LogoutResult } from './source.js'
 
 /** What is held when the session is ended: the refresh token if any, else the access token. */
@@ -22,15 +22,15 @@ export async function endSession (server: AuthServer, held: HeldSession, timeout
   const endSessionUrl = server.endpoints?.endSessionUrl ?? (server.issuerUrl === undefined ? keycloakLogoutUrl(server.tokenUrl) : undefined)
   const revocationUrl = server.endpoints?.revocationUrl
   let url: string
-  let request: GrantRequest
+  let fields: Fields
   let endpoint: string
   if (refreshToken !== undefined && endSessionUrl !== undefined) {
     url = endSessionUrl
-    request = endSessionRequest(server.client(), refreshToken)
+    fields = endSessionFields(refreshToken)
     endpoint = 'end-session endpoint'
   } else if (revocationUrl !== undefined) {
     url = revocationUrl
-    request = revocationRequest(server.client(), refreshToken ?? accessToken!, refreshToken !== undefined ? 'refresh_token' : 'access_token')
+    fields = revocationFields(refreshToken ?? accessToken!, refreshToken !== undefined ? 'refresh_token' : 'access_token')
     endpoint = 'revocation endpoint'
   } else if (refreshToken === undefined) {
     return { outcome: 'skipped', detail: 'no session to end: no refresh token was issued and the server offers no revocation endpoint' }
@@ -38,7 +38,7 @@ export async function endSession (server: AuthServer, held: HeldSession, timeout
     return { outcome: 'skipped', detail: 'session left open: no end-session endpoint is known (the token URL does not end in /token; set AUTH_ISSUER_URL)' }
   }
   try {
-    const res = await server.postForm(url, request, timeoutMs)
+    const res = await server.postForm(url, fields, timeoutMs)
     if (res.status >= 200 && res.status < 300) return { outcome: 'success', detail: `session ended: the ${endpoint} ${url} answered ${res.status}` }
     const answer = oauthErrorOf(res)
     const error = answer.error?.slice(0, 100)

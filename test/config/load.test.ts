@@ -192,7 +192,7 @@ t.test('a malformed HTTP_PROXY or HTTPS_PROXY is a configuration error, named wi
 
 t.test('AUTH_GRANT_TYPE=client_credentials: the client secret is required, the user is not (and is warned about)', async (t) => {
   const noUser = { ...minimal, AUTH_USERNAME: undefined, AUTH_PASSWORD: undefined, AUTH_GRANT_TYPE: 'client_credentials' }
-  t.same(problems(noUser), ['AUTH_CLIENT_SECRET (or AUTH_CLIENT_SECRET_FILE) is required by the client_credentials grant: a confidential client with "Service accounts roles" on'])
+  t.same(problems(noUser), ['AUTH_CLIENT_SECRET (or AUTH_CLIENT_SECRET_FILE) is required by the client_credentials grant: a confidential client with "Service accounts roles" on (or a signed client assertion: AUTH_CLIENT_AUTH=private_key_jwt or federated_jwt)'])
   const c = loadConfig({ ...noUser, AUTH_CLIENT_SECRET: 's' }, { cwd: '/x' })
   t.match(c.auth, { grantType: 'client_credentials' })
   t.same(Object.keys(c.credentials), ['clientSecret'])
@@ -209,7 +209,7 @@ t.test('AUTH_GRANT_TYPE=client_credentials: the client secret is required, the u
 t.test('AUTH_CLIENT_AUTH=client_secret_basic needs a client secret', async (t) => {
   t.same(problems({ ...minimal, AUTH_CLIENT_AUTH: 'client_secret_basic' }), ['AUTH_CLIENT_SECRET (or AUTH_CLIENT_SECRET_FILE) is required by AUTH_CLIENT_AUTH=client_secret_basic'])
   t.match(loadConfig({ ...minimal, AUTH_CLIENT_AUTH: 'client_secret_basic', AUTH_CLIENT_SECRET: 's' }, { cwd: '/x' }).auth, { clientAuth: 'client_secret_basic' })
-  t.same(problems({ ...minimal, AUTH_CLIENT_AUTH: 'private_key_jwt' }), ['AUTH_CLIENT_AUTH must be one of client_secret_post, client_secret_basic'])
+  t.same(problems({ ...minimal, AUTH_CLIENT_AUTH: 'tls_client_auth' }), ['AUTH_CLIENT_AUTH must be one of client_secret_post, client_secret_basic, private_key_jwt, client_secret_jwt, federated_jwt'])
 })
 
 t.test('AUTH_TOKEN_PARAMS: decoded pairs; the sidecar\'s own parameters and malformed text are refused without echoing values', async (t) => {
@@ -240,4 +240,37 @@ t.test('AUTH_ISSUER_URL replaces AUTH_URL; AUTH_TOKEN_URL still wins for the tok
   t.same(problems({ ...minimal, AUTH_ISSUER_URL: 'sso.internal' }), ['AUTH_ISSUER_URL must be an absolute http or https URL'])
   t.equal(loadConfig({ ...minimal, AUTH_LOGOUT_ON_SHUTDOWN: 'false' }, { cwd: '/x' }).auth.mode === 'oauth2' &&
     (loadConfig({ ...minimal, AUTH_LOGOUT_ON_SHUTDOWN: 'false' }, { cwd: '/x' }).auth as { logoutOnShutdown: boolean }).logoutOnShutdown, false)
+})
+
+t.test('private_key_jwt needs a key file that holds a usable key; its problems are named, the key never quoted', async (t) => {
+  const { generateKeyPairSync } = await import('node:crypto')
+  const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ type: 'pkcs8', format: 'pem' }) as string
+  const small = generateKeyPairSync('rsa', { modulusLength: 1024 }).privateKey.export({ type: 'pkcs8', format: 'pem' }) as string
+  const dir = t.testdir({ 'rsa.pem': rsa, 'small.pem': small, 'garbage.pem': 'no key here' })
+  const jwt = { ...minimal, AUTH_CLIENT_AUTH: 'private_key_jwt' }
+  t.same(problems(jwt), ['AUTH_CLIENT_KEY_FILE is required with AUTH_CLIENT_AUTH=private_key_jwt'])
+  t.same(problems({ ...jwt, AUTH_CLIENT_KEY_FILE: join(dir, 'missing.pem') }), ['AUTH_CLIENT_KEY_FILE cannot be read (ENOENT)'])
+  t.same(problems({ ...jwt, AUTH_CLIENT_KEY_FILE: join(dir, 'garbage.pem') }), ['AUTH_CLIENT_KEY_FILE holds neither a PEM private key nor a JWK with "d"'])
+  t.same(problems({ ...jwt, AUTH_CLIENT_KEY_FILE: join(dir, 'small.pem') }), ['AUTH_CLIENT_KEY_FILE holds a 1024-bit RSA key: RSA, EC P-256 or P-384, or Ed25519 is needed'])
+  t.same(problems({ ...jwt, AUTH_CLIENT_KEY_FILE: join(dir, 'rsa.pem'), AUTH_CLIENT_KEY_ALG: 'ES256' }), ['AUTH_CLIENT_KEY_FILE holds AUTH_CLIENT_KEY_ALG=ES256 does not fit a 2048-bit RSA key (RS256 or PS256)'])
+  t.same(problems({ ...jwt, AUTH_CLIENT_KEY_FILE: join(dir, 'rsa.pem'), AUTH_CLIENT_KEY_ALG: 'HS256' }), ['AUTH_CLIENT_KEY_ALG must be one of RS256, PS256, ES256, ES384, EdDSA'])
+  const ok = loadConfig({ ...jwt, AUTH_CLIENT_KEY_FILE: join(dir, 'rsa.pem'), AUTH_CLIENT_KEY_ALG: 'PS256', AUTH_CLIENT_KEY_ID: 'k1', AUTH_CLIENT_SECRET: 'unused' }, { cwd: '/x' })
+  t.match(ok.auth, { clientAuth: 'private_key_jwt', clientKeyAlg: 'PS256', clientKeyId: 'k1' })
+  t.same(ok.credentials.clientKey, { variable: 'AUTH_CLIENT_KEY_FILE', file: join(dir, 'rsa.pem') })
+  t.same(ok.warnings, ['AUTH_CLIENT_SECRET is not used with AUTH_CLIENT_AUTH=private_key_jwt: no secret is sent'])
+  for (const p of problems({ ...jwt, AUTH_CLIENT_KEY_FILE: join(dir, 'rsa.pem'), AUTH_CLIENT_KEY_ALG: 'ES256' })) t.notMatch(p, /PRIVATE KEY|MII/)
+})
+
+t.test('client_secret_jwt needs the secret; federated_jwt a readable JWT file and no secret, even for client_credentials', async (t) => {
+  const dir = t.testdir({ token: 'eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln\n', notjwt: 'hello' })
+  t.same(problems({ ...minimal, AUTH_CLIENT_AUTH: 'client_secret_jwt' }), ['AUTH_CLIENT_SECRET (or AUTH_CLIENT_SECRET_FILE) is required by AUTH_CLIENT_AUTH=client_secret_jwt'])
+  const federated = { ...minimal, AUTH_CLIENT_AUTH: 'federated_jwt', AUTH_GRANT_TYPE: 'client_credentials', AUTH_USERNAME: '', AUTH_PASSWORD: '' }
+  t.same(problems(federated), ['AUTH_CLIENT_ASSERTION_FILE is required with AUTH_CLIENT_AUTH=federated_jwt'])
+  t.same(problems({ ...federated, AUTH_CLIENT_ASSERTION_FILE: join(dir, 'notjwt') }), ['AUTH_CLIENT_ASSERTION_FILE holds no JWT (three dot-separated parts)'])
+  const ok = loadConfig({ ...federated, AUTH_CLIENT_ASSERTION_FILE: join(dir, 'token') }, { cwd: '/x' })
+  t.same(ok.credentials, { clientAssertion: { variable: 'AUTH_CLIENT_ASSERTION_FILE', file: join(dir, 'token') } }, 'nothing secret configured at all')
+  t.same(loadConfig({ ...minimal, AUTH_CLIENT_KEY_ID: 'k', AUTH_CLIENT_ASSERTION_FILE: join(dir, 'token') }, { cwd: '/x' }).warnings, [
+    'AUTH_CLIENT_KEY_ID is used only with AUTH_CLIENT_AUTH=private_key_jwt',
+    'AUTH_CLIENT_ASSERTION_FILE is used only with AUTH_CLIENT_AUTH=federated_jwt'
+  ])
 })

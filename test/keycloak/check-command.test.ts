@@ -63,3 +63,12 @@ keycloakTest('check fails at the grant, exit 4, for a user with a pending requir
   t.equal(code, 4)
   t.match(lines.join('\n'), /FAIL grant: token endpoint answered 400 invalid_grant \(Account is not fully set up\): the service account has pending required actions in Keycloak/)
 })
+
+keycloakTest('check passes with client_secret_jwt against Keycloak\'s "Signed JWT with Client Secret"', async (t, kc) => {
+  const realm = await kc.root.realm(t)
+  await realm.updateClient('legacy-app', { clientAuthenticatorType: 'client-secret-jwt' })
+  const { code, lines } = await check(t, realm, { AUTH_CLIENT_AUTH: 'client_secret_jwt' })
+  t.equal(code, 0, lines.join('\n'))
+  t.match(lines.join('\n'), /ok {3}grant: password grant at \S+ \(client_secret_jwt\)/)
+  t.same(await realm.sessions('service-user'), [], 'and the logout, authenticated the same way, ended the session')
+})

@@ -22,6 +22,12 @@ const { helm = 'helm', missing: helmMissing } = findHelm()
 
 interface K8sObject { apiVersion: string, kind: string, metadata: { name: string }, spec?: any }
 
+/** client_credentials with the projected service-account token as the only credential. */
+const PROJECTED = [
+  'sidecar.env.AUTH_GRANT_TYPE=client_credentials', 'credentials.username=', 'credentials.password=', 'credentials.clientSecret=',
+  'credentials.projectedToken.enabled=true', 'credentials.projectedToken.audience=https://sso.example/realms/r'
+]
+
 function render (set: string[] = []): K8sObject[] {
   const text = execFileSync(helm, ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, ...set.flatMap((s) => ['--set', s])], { encoding: 'utf8' })
   return parseAllDocuments(text).map((d) => d.toJS() as K8sObject).filter((o) => o !== null)
@@ -47,7 +53,9 @@ t.test('rendered with Helm, every object satisfies the Kubernetes schemas and th
     [],
     ['sidecar.native=false', 'credentials.existingSecret=creds'],
     ['sidecar.env.AUTH_GRANT_TYPE=client_credentials', 'credentials.username=', 'credentials.password='],
-    ['metrics.serviceMonitor.enabled=true', 'metrics.prometheusRule.enabled=true']
+    ['metrics.serviceMonitor.enabled=true', 'metrics.prometheusRule.enabled=true'],
+    [...PROJECTED],
+    ['sidecar.env.AUTH_CLIENT_AUTH=private_key_jwt', 'credentials.clientKey=-----BEGIN PRIVATE KEY-----']
   ]
   for (const set of variants) {
     const objects = render(set)
@@ -64,6 +72,30 @@ t.test('rendered with Helm, every object satisfies the Kubernetes schemas and th
   rule.spec.groups[0].rules[0].for = 5
   const { PrometheusRule } = await import('@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1')
   t.throws(() => new PrometheusRule(rule as never).validate(), 'and so is a PrometheusRule whose `for` is not a duration string')
+})
+
+t.test('client_credentials with a projected service-account token: nothing secret anywhere, no Secret made or mounted', async (t) => {
+  if (helmMissing !== undefined) {
+    if (process.env.CI === 'true') t.fail(helmMissing)
+    else t.plan(0, helmMissing)
+    return
+  }
+  const objects = render([...PROJECTED, 'serviceAccountName=legacy-app'])
+  t.same(objects.filter((o) => o.kind === 'Secret'), [], 'no Secret')
+  const pod = objects.find((o) => o.kind === 'Deployment')!.spec.template.spec
+  t.equal(pod.serviceAccountName, 'legacy-app')
+  t.same(pod.volumes, [{
+    name: 'auth-sidecar-token',
+    projected: { sources: [{ serviceAccountToken: { path: 'token', audience: 'https://sso.example/realms/r', expirationSeconds: 3600 } }] }
+  }], 'only the projected token')
+  const sidecar = pod.initContainers.find((c: { name: string }) => c.name === 'auth-sidecar')
+  const env = Object.fromEntries(sidecar.env.map((e: { name: string, value: string }) => [e.name, e.value]))
+  t.equal(env.AUTH_CLIENT_AUTH, 'federated_jwt')
+  t.equal(env.AUTH_CLIENT_ASSERTION_FILE, '/var/run/secrets/auth-sidecar-token/token')
+  t.same(Object.keys(env).filter((n) => /USERNAME|PASSWORD|SECRET|CLIENT_KEY_FILE/.test(n)), [], 'no other credential')
+  t.same(sidecar.volumeMounts, [{ name: 'auth-sidecar-token', mountPath: '/var/run/secrets/auth-sidecar-token', readOnly: true }])
+  const noAudience = spawnSync(helm, ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, ...PROJECTED.filter((s) => !s.includes('audience')).flatMap((s) => ['--set', s])], { encoding: 'utf8' })
+  t.not(noAudience.status, 0, 'an audience is required')
 })
 
 t.test('helm lint passes with the CI values; the defaults alone are refused by the schema', async (t) => {

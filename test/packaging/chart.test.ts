@@ -48,7 +48,8 @@ t.test('the schema covers every value, each with a description, and refuses unkn
 })
 
 t.test('sidecar.env has every setting of the configuration schema, with the same defaults', async (t) => {
-  const credentialVariables = /^AUTH_(USERNAME|PASSWORD|CLIENT_SECRET)(_FILE)?$/
+  // the files of credentials the chart mounts itself
+  const credentialVariables = /^AUTH_(USERNAME|PASSWORD|CLIENT_SECRET)(_FILE)?$|^AUTH_CLIENT_(KEY|ASSERTION)_FILE$/
   const expected = Object.entries(properties).filter(([name]) => !credentialVariables.test(name))
   t.same(Object.keys(values.sidecar.env).sort(), expected.map(([name]) => name).sort())
   for (const [name, p] of expected) {
@@ -70,7 +71,7 @@ t.test('templates: native sidecar with a startup probe, files from the Secret, l
   t.match(helpers, /trunc 63/)
   t.match(deployment, /initContainers:[\s\S]*auth-sidecar\.thisContainer/)
   t.match(deployment, /if not \.Values\.sidecar\.native[\s\S]*auth-sidecar\.thisContainer/, 'classic sidecar for older clusters')
-  t.match(templates['secret.yaml']!, /if not \.Values\.credentials\.existingSecret/)
+  t.match(templates['secret.yaml']!, /not \.Values\.credentials\.existingSecret/)
   t.match(templates['servicemonitor.yaml']!, /kind: ServiceMonitor/)
   t.ok(templates['NOTES.txt'])
   const sc = values.sidecar.securityContext

@@ -1,35 +1,40 @@
 import t from 'tap'
 import { checkDiscovery } from '../../src/token/discovery.js'
-import { clientCredentialsGrant, endSessionRequest, GrantError, passwordGrant, refreshGrant, revocationRequest } from '../../src/token/grant.js'
+import { ClientAuthenticator } from '../../src/token/client-auth.js'
+import { buildRequest, clientCredentialsGrant, endSessionFields, GrantError, passwordGrant, refreshGrant, revocationFields } from '../../src/token/grant.js'
 import { keycloakLogoutUrl } from '../../src/token/session.js'
 
-const post = { clientId: 'legacy-app', clientSecret: 's3cret', scope: 'openid', params: [['audience', 'api'], ['resource', 'https://a']] as Array<[string, string]> }
+const post = new ClientAuthenticator({ clientId: 'legacy-app', clientAuth: 'client_secret_post' })
+const creds = { clientSecret: 's3cret' }
+const extras = { scope: 'openid', params: [['audience', 'api'], ['resource', 'https://a']] as Array<[string, string]> }
 
 const fields = (form: string): Array<[string, string]> => [...new URLSearchParams(form)]
 
 t.test('grant forms: the sidecar\'s fields, then AUTH_TOKEN_PARAMS; client_secret_post puts the client in the form', async (t) => {
-  t.same(fields(passwordGrant(post, 'svc', 'pw').form), [
+  const client = await post.prove(creds, 'https://kc/token')
+  t.same(fields(buildRequest(client, passwordGrant('svc', 'pw'), extras).form), [
     ['grant_type', 'password'], ['username', 'svc'], ['password', 'pw'], ['client_id', 'legacy-app'], ['client_secret', 's3cret'],
     ['scope', 'openid'], ['audience', 'api'], ['resource', 'https://a']
   ])
-  t.same(fields(clientCredentialsGrant(post).form), [
+  t.same(fields(buildRequest(client, clientCredentialsGrant(), extras).form), [
     ['grant_type', 'client_credentials'], ['client_id', 'legacy-app'], ['client_secret', 's3cret'], ['scope', 'openid'], ['audience', 'api'], ['resource', 'https://a']
   ])
-  t.same(fields(refreshGrant(post, 'r1').form).slice(0, 2), [['grant_type', 'refresh_token'], ['refresh_token', 'r1']])
-  t.equal(passwordGrant(post, 'svc', 'pw').authorization, undefined)
+  t.same(fields(buildRequest(client, refreshGrant('r1'), extras).form).slice(0, 2), [['grant_type', 'refresh_token'], ['refresh_token', 'r1']])
+  t.equal(buildRequest(client, passwordGrant('svc', 'pw'), extras).authorization, undefined)
 })
 
 t.test('client_secret_basic: RFC 6749 2.3.1, each part form-urlencoded before Base64, nothing of the client in the form', async (t) => {
-  const basic = { clientId: 'my app:1', clientSecret: 'a:b+c%/ é', clientAuth: 'client_secret_basic' as const }
-  const req = clientCredentialsGrant(basic)
+  const basic = new ClientAuthenticator({ clientId: 'my app:1', clientAuth: 'client_secret_basic' })
+  const req = buildRequest(await basic.prove({ clientSecret: 'a:b+c%/ é' }, 'https://kc/token'), clientCredentialsGrant())
   t.same(fields(req.form), [['grant_type', 'client_credentials']])
   const decoded = Buffer.from(req.authorization!.slice('Basic '.length), 'base64').toString('utf8')
   t.equal(decoded, 'my+app%3A1:a%3Ab%2Bc%25%2F+%C3%A9', 'the colon separating them is the only raw one')
 })
 
 t.test('end-session and revocation requests carry the client and the token, not the grant extras', async (t) => {
-  t.same(fields(endSessionRequest(post, 'r1').form), [['refresh_token', 'r1'], ['client_id', 'legacy-app'], ['client_secret', 's3cret']])
-  t.same(fields(revocationRequest(post, 'a1', 'access_token').form), [['token', 'a1'], ['token_type_hint', 'access_token'], ['client_id', 'legacy-app'], ['client_secret', 's3cret']])
+  const client = await post.prove(creds, 'https://kc/token')
+  t.same(fields(buildRequest(client, endSessionFields('r1')).form), [['refresh_token', 'r1'], ['client_id', 'legacy-app'], ['client_secret', 's3cret']])
+  t.same(fields(buildRequest(client, revocationFields('a1', 'access_token')).form), [['token', 'a1'], ['token_type_hint', 'access_token'], ['client_id', 'legacy-app'], ['client_secret', 's3cret']])
 })
 
 t.test('Keycloak\'s end-session endpoint is the token URL with token replaced by logout', async (t) => {

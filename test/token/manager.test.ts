@@ -3,7 +3,9 @@ import { TokenUnavailableError } from '../../src/errors.js'
 import { MAX_TIMER_MS, systemClock } from '../../src/token/clock.js'
 import { SecretScrubber } from '../../src/secrets.js'
 import { AuthServer } from '../../src/token/auth-server.js'
+import { ClientAuthenticator } from '../../src/token/client-auth.js'
 import { TokenManager } from '../../src/token/manager.js'
+import { until } from '../helpers/build.js'
 import { FakeClock, settle } from '../helpers/fake-clock.js'
 import { captureLogger } from '../helpers/log.js'
 import type { TokenEndpointResponse } from '../../src/token/grant.js'
@@ -25,7 +27,8 @@ function setup (t: Test, random = 0.5) {
   const server = new AuthServer({
     tokenUrl: 'http://auth.invalid/token',
     grantType: 'password',
-    client: { clientId: 'legacy-app', scope: 'openid' },
+    client: new ClientAuthenticator({ clientId: 'legacy-app', clientAuth: 'client_secret_post' }),
+    extras: { scope: 'openid' },
     credentials,
     post: endpoint.post,
     timeoutMs: 10_000,
@@ -488,6 +491,38 @@ t.test('lifetimes use a monotonic clock: a wall clock stepped back does not make
   await new Promise((resolve) => setTimeout(resolve, 50))
   t.ok(systemClock.now() - started >= 45, 'time goes on while Date.now() stands at 1970')
   t.ok(stepped.args().length === 0, 'the wall clock is not read')
+})
+
+t.test('private_key_jwt against a server that echoes the form: no assertion, signature or key reaches the log', async (t) => {
+  const { generateKeyPairSync } = await import('node:crypto')
+  const key = generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ type: 'pkcs8', format: 'pem' }) as string
+  const clock = new FakeClock()
+  const endpoint = new ScriptedEndpoint()
+  const log = captureLogger()
+  const secrets = new SecretScrubber()
+  const credentials = { read: () => ({ username: 'svc', password: PASSWORD, clientKey: key }), onChange: () => {} }
+  endpoint.fallback = () => {
+    const form = endpoint.calls.at(-1)!.form
+    return keycloakError(400, 'invalid_client', `cannot use ${new URLSearchParams(form).toString()} / ${Object.values(form).join(' ')}`)
+  }
+  const server = new AuthServer({ tokenUrl: 'http://auth.invalid/token', grantType: 'password', client: new ClientAuthenticator({ clientId: 'legacy-app', clientAuth: 'private_key_jwt' }), extras: {}, credentials, post: endpoint.post, timeoutMs: 10_000, clock, log: log.logger, secrets })
+  const manager = new TokenManager({ server, credentials, log: log.logger, waitMs: 5_000, retryMinMs: 1_000, retryMaxMs: 30_000, rejectedRetryMs: 60_000, clock, secrets })
+  t.teardown(() => manager.stop())
+  // signing is real asynchronous work: wait for each attempt's answer in real time
+  const answered = async (n: number): Promise<void> => { await until(() => log.records().filter((r) => r.outcome === 'rejected').length === n) }
+  manager.start()
+  await answered(1)
+  await clock.advance(70_000)
+  await answered(2)
+  t.equal(endpoint.calls.length, 2)
+  const all = log.lines.join('\n')
+  t.match(all, /invalid_client/, 'the server\'s error code is logged')
+  for (const call of endpoint.calls) {
+    const assertion = call.form.client_assertion!
+    for (const part of assertion.split('.')) t.notOk(all.includes(part), 'no part of the assertion in the log')
+  }
+  t.notMatch(all, /PRIVATE KEY/)
+  t.notOk(all.includes(PASSWORD))
 })
 
 // Last in this file: every test above has run and handed its log lines over.

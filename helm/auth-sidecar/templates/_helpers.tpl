@@ -49,12 +49,34 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- else if .Values.credentials.clientSecret }}true{{ end }}
 {{- end }}
 
+{{/* Whether a private key (private_key_jwt) is mounted. */}}
+{{- define "auth-sidecar.hasClientKey" -}}
+{{- if .Values.credentials.existingSecret }}
+{{- if and .Values.credentials.keys.clientKey (eq (toString .Values.sidecar.env.AUTH_CLIENT_AUTH) "private_key_jwt") }}true{{ end }}
+{{- else if .Values.credentials.clientKey }}true{{ end }}
+{{- end }}
+
+{{/* Whether the user's credentials (user name and password) are needed: the password grant, or basic mode. */}}
+{{- define "auth-sidecar.hasUser" -}}
+{{- if or (eq (toString .Values.sidecar.env.AUTH_MODE) "basic") (ne (toString .Values.sidecar.env.AUTH_GRANT_TYPE) "client_credentials") }}true{{ end }}
+{{- end }}
+
+{{/*
+Whether a Secret is mounted at all: not when the projected service-account
+token is the only credential (client_credentials with federated_jwt).
+*/}}
+{{- define "auth-sidecar.usesSecret" -}}
+{{- if or .Values.credentials.existingSecret (include "auth-sidecar.hasUser" .) (include "auth-sidecar.hasClientSecret" .) (include "auth-sidecar.hasClientKey" .) }}true{{ end }}
+{{- end }}
+
 {{/*
 The auth-sidecar container, for this chart and for charts that add the
 sidecar to their own pods. Call it with a dict:
   sidecar         the sidecar values (image, env, extraEnv, resources, ...; this chart's `sidecar`)
   secretName      the Secret with the credentials
-  keys            the keys inside it (username, password, clientSecret; clientSecret "" for none)
+  keys            the keys inside it (username, password, clientSecret, clientKey; "" for none;
+                  username and password "" when the user's credentials are not used)
+  projectedToken  the projected service-account token's settings (enabled, audience, expirationSeconds)
   native          true: an init container entry with restartPolicy Always and a startup probe
   followToken     true: readiness follows /readyz
   appVersion      the image tag when sidecar.image.tag is empty
@@ -74,14 +96,15 @@ Add the volume from "auth-sidecar.volume" to the pod.
       containerPort: {{ int (default 8080 $s.env.PROXY_PORT) }}
     - name: sidecar-admin
       containerPort: {{ $adminPort }}
+  {{- $projected := and .projectedToken .projectedToken.enabled }}
   env:
     {{- range $name, $value := $s.env }}
-    {{- if ne (toString $value) "" }}
+    {{- if and (ne (toString $value) "") (not (and $projected (eq $name "AUTH_CLIENT_AUTH"))) }}
     - name: {{ $name }}
       value: {{ toString $value | quote }}
     {{- end }}
     {{- end }}
-    {{- if or (eq (toString $s.env.AUTH_MODE) "basic") (ne (toString $s.env.AUTH_GRANT_TYPE) "client_credentials") }}
+    {{- if .keys.username }}
     - name: AUTH_USERNAME_FILE
       value: /var/run/secrets/auth-sidecar/{{ .keys.username }}
     - name: AUTH_PASSWORD_FILE
@@ -91,14 +114,32 @@ Add the volume from "auth-sidecar.volume" to the pod.
     - name: AUTH_CLIENT_SECRET_FILE
       value: /var/run/secrets/auth-sidecar/{{ .keys.clientSecret }}
     {{- end }}
+    {{- if .keys.clientKey }}
+    - name: AUTH_CLIENT_KEY_FILE
+      value: /var/run/secrets/auth-sidecar/{{ .keys.clientKey }}
+    {{- end }}
+    {{- if $projected }}
+    - name: AUTH_CLIENT_AUTH
+      value: federated_jwt
+    - name: AUTH_CLIENT_ASSERTION_FILE
+      value: /var/run/secrets/auth-sidecar-token/token
+    {{- end }}
     {{- with $s.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
   volumeMounts:
+    {{- if .secretName }}
     # A whole-Secret mount (no subPath), so that a rotated Secret reaches the files.
     - name: auth-sidecar-credentials
       mountPath: /var/run/secrets/auth-sidecar
       readOnly: true
+    {{- end }}
+    {{- if $projected }}
+    # The kubelet replaces the token before it expires; the sidecar reads the new one.
+    - name: auth-sidecar-token
+      mountPath: /var/run/secrets/auth-sidecar-token
+      readOnly: true
+    {{- end }}
     {{- with $s.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -130,16 +171,41 @@ Add the volume from "auth-sidecar.volume" to the pod.
     {{- toYaml $s.securityContext | nindent 4 }}
 {{- end }}
 
-{{/* The credentials volume that "auth-sidecar.container" mounts. Call with the Secret's name. */}}
+{{/*
+The volumes that "auth-sidecar.container" mounts. Call with a dict:
+secretName (the Secret with the credentials, "" for none) and
+projectedToken (as for the container).
+*/}}
 {{- define "auth-sidecar.volume" -}}
+{{- if .secretName }}
 - name: auth-sidecar-credentials
   secret:
-    secretName: {{ . }}
+    secretName: {{ .secretName }}
     defaultMode: 0440
+{{- end }}
+{{- if and .projectedToken .projectedToken.enabled }}
+- name: auth-sidecar-token
+  projected:
+    sources:
+      - serviceAccountToken:
+          path: token
+          audience: {{ required "credentials.projectedToken.audience is required: the realm's issuer URL" .projectedToken.audience | quote }}
+          expirationSeconds: {{ int .projectedToken.expirationSeconds }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret this chart's pod mounts, or "" when it needs none. */}}
+{{- define "auth-sidecar.mountedSecret" -}}
+{{- if include "auth-sidecar.usesSecret" . }}{{ include "auth-sidecar.secretName" . }}{{ end }}
 {{- end }}
 
 {{/* This chart's call of "auth-sidecar.container". */}}
 {{- define "auth-sidecar.thisContainer" -}}
-{{- $keys := dict "username" .Values.credentials.keys.username "password" .Values.credentials.keys.password "clientSecret" (ternary .Values.credentials.keys.clientSecret "" (eq (include "auth-sidecar.hasClientSecret" .) "true")) }}
-{{- include "auth-sidecar.container" (dict "sidecar" .Values.sidecar "secretName" (include "auth-sidecar.secretName" .) "keys" $keys "native" .Values.sidecar.native "followToken" .Values.sidecar.readiness.followToken "appVersion" .Chart.AppVersion) }}
+{{- $user := eq (include "auth-sidecar.hasUser" .) "true" }}
+{{- $keys := dict
+  "username" (ternary .Values.credentials.keys.username "" $user)
+  "password" (ternary .Values.credentials.keys.password "" $user)
+  "clientSecret" (ternary .Values.credentials.keys.clientSecret "" (eq (include "auth-sidecar.hasClientSecret" .) "true"))
+  "clientKey" (ternary .Values.credentials.keys.clientKey "" (eq (include "auth-sidecar.hasClientKey" .) "true")) }}
+{{- include "auth-sidecar.container" (dict "sidecar" .Values.sidecar "secretName" (include "auth-sidecar.mountedSecret" .) "keys" $keys "projectedToken" .Values.credentials.projectedToken "native" .Values.sidecar.native "followToken" .Values.sidecar.readiness.followToken "appVersion" .Chart.AppVersion) }}
 {{- end }}

@@ -1,0 +1,81 @@
+import { resolve } from 'node:path'
+import { parseClientKey, type KeyAlgorithm } from './client-key.js'
+import type { ClientAuth, CredentialSource, PrimaryGrant } from './types.js'
+import { readSecretFile, type Raw } from './values.js'
+
+export interface ClientAuthSettings {
+  clientAuth: ClientAuth
+  keyAlg?: KeyAlgorithm
+  keyId?: string
+  clientKey?: CredentialSource
+  clientAssertion?: CredentialSource
+  /** whether AUTH_CLIENT_SECRET is needed */
+  secretNeeded: boolean
+}
+
+const CLIENT_AUTHS: readonly ClientAuth[] = ['client_secret_post', 'client_secret_basic', 'private_key_jwt', 'client_secret_jwt', 'federated_jwt']
+
+/**
+ * How the client authenticates (AUTH_CLIENT_AUTH) and what each way needs:
+ * a secret for the client_secret_* ways and client_credentials, a readable
+ * private key that fits its algorithm for private_key_jwt, a readable
+ * assertion file for federated_jwt. Settings another way would use are
+ * warned about, not refused.
+ */
+export function clientAuthSettings (raw: Raw, cwd: string, grantType: PrimaryGrant, problems: string[], warnings: string[]): ClientAuthSettings {
+  const clientAuth = CLIENT_AUTHS.find((c) => c === raw.AUTH_CLIENT_AUTH) ?? 'client_secret_post'
+  const signed = clientAuth === 'private_key_jwt' || clientAuth === 'federated_jwt'
+  const secretSet = raw.AUTH_CLIENT_SECRET !== undefined || raw.AUTH_CLIENT_SECRET_FILE !== undefined
+  const keyAlg = raw.AUTH_CLIENT_KEY_ALG as KeyAlgorithm | undefined
+  const keyId = raw.AUTH_CLIENT_KEY_ID === undefined ? undefined : String(raw.AUTH_CLIENT_KEY_ID)
+  const settings: ClientAuthSettings = {
+    clientAuth,
+    secretNeeded: clientAuth === 'client_secret_basic' || clientAuth === 'client_secret_jwt' || (grantType === 'client_credentials' && !signed),
+    ...(keyAlg !== undefined && { keyAlg }),
+    ...(keyId !== undefined && { keyId })
+  }
+  if (signed && secretSet) warnings.push(`AUTH_CLIENT_SECRET is not used with AUTH_CLIENT_AUTH=${clientAuth}: no secret is sent`)
+
+  if (clientAuth === 'private_key_jwt') {
+    const source = fileSource('AUTH_CLIENT_KEY_FILE', raw, cwd, problems, (text) => {
+      try {
+        parseClientKey(text, keyAlg)
+      } catch (err) {
+        problems.push(`AUTH_CLIENT_KEY_FILE holds ${(err as Error).message}`)
+      }
+    })
+    if (source !== undefined) settings.clientKey = source
+  } else {
+    for (const name of ['AUTH_CLIENT_KEY_FILE', 'AUTH_CLIENT_KEY_ALG', 'AUTH_CLIENT_KEY_ID'] as const) {
+      if (raw[name] !== undefined) warnings.push(`${name} is used only with AUTH_CLIENT_AUTH=private_key_jwt`)
+    }
+  }
+
+  if (clientAuth === 'federated_jwt') {
+    const source = fileSource('AUTH_CLIENT_ASSERTION_FILE', raw, cwd, problems, (text) => {
+      if (text.trim().split('.').length !== 3) problems.push('AUTH_CLIENT_ASSERTION_FILE holds no JWT (three dot-separated parts)')
+    })
+    if (source !== undefined) settings.clientAssertion = source
+  } else if (raw.AUTH_CLIENT_ASSERTION_FILE !== undefined) {
+    warnings.push('AUTH_CLIENT_ASSERTION_FILE is used only with AUTH_CLIENT_AUTH=federated_jwt')
+  }
+  return settings
+}
+
+/** A credential that only comes from a file; `check` sees its content once, at start. */
+function fileSource (name: 'AUTH_CLIENT_KEY_FILE' | 'AUTH_CLIENT_ASSERTION_FILE', raw: Raw, cwd: string, problems: string[], check: (text: string) => void): CredentialSource | undefined {
+  const file = raw[name]
+  if (file === undefined) {
+    problems.push(`${name} is required with AUTH_CLIENT_AUTH=${name === 'AUTH_CLIENT_KEY_FILE' ? 'private_key_jwt' : 'federated_jwt'}`)
+    return undefined
+  }
+  const path = resolve(cwd, String(file))
+  try {
+    const text = readSecretFile(path)
+    if (text === '') problems.push(`${name} names an empty file`)
+    else check(text)
+  } catch (err) {
+    problems.push(`${name} cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
+  }
+  return { variable: name, file: path }
+}
