@@ -4,7 +4,7 @@ import t, { type Test } from 'tap'
 import { TokenServer } from '../../dev/token-server.js'
 import { PIPELINE_DEPTH } from '../../src/proxy/admission.js'
 import { send } from '../helpers/build.js'
-import { E2E_PASSWORD, memoryOf, root, spawnSidecar, startSidecar, untilListening, type Launch, type SpawnedSidecar } from '../helpers/process.js'
+import { E2E_PASSWORD, imageNodeArgs, memoryOf, root, spawnSidecar, startSidecar, untilReady, type Launch, type SpawnedSidecar } from '../helpers/process.js'
 
 /** Requests in the flood; the issue's row sent 20,000 (FLOOD_REQUESTS=100000 for the larger run). */
 const FLOOD_REQUESTS = Number(process.env.FLOOD_REQUESTS ?? 20_000)
@@ -28,7 +28,7 @@ async function beforeFastUpstream (t: Test, env: Record<string, string>, launch:
   await tokenServer.listen()
   t.teardown(async () => { await tokenServer.close() })
   const s = await spawnSidecar(t, `http://127.0.0.1:${port}`, tokenServer.url, E2E_PASSWORD, { ACCESS_LOG: 'false', ...env }, launch)
-  await untilListening(s)
+  await untilReady(s)
   return s
 }
 
@@ -64,7 +64,7 @@ const growth = (r: { baseMb: number, peakMb: number, endMb: number }): string =>
   `RSS ${r.baseMb.toFixed(0)} MB before, peak +${(r.peakMb - r.baseMb).toFixed(0)} MB, +${(r.endMb - r.baseMb).toFixed(0)} MB at the end`
 
 t.test(`${FLOOD_REQUESTS} pipelined requests on one connection that reads nothing grow the sidecar by less than ${BOUND_MB} MB (started as the image starts it)`, async (t) => {
-  const s = await beforeFastUpstream(t, {}, UNTRACKED)
+  const s = await beforeFastUpstream(t, {}, { ...UNTRACKED, nodeArgs: imageNodeArgs() })
   const r = await flood(s, '/item', FLOOD_REQUESTS, 5_000)
   t.comment(growth(r))
   // the build before (as the image started it then): +130 MB for 20,000; the

@@ -35,6 +35,14 @@ export async function freePort (): Promise<number> {
   })
 }
 
+/** The Node options the image starts the sidecar with: its Dockerfile's ENTRYPOINT, between node and dist/main.js. */
+export function imageNodeArgs (): string[] {
+  const entrypoint = /^ENTRYPOINT (\[.*\])$/m.exec(readFileSync(`${root}Dockerfile`, 'utf8'))
+  if (entrypoint === null) throw new Error('no ENTRYPOINT in the Dockerfile')
+  const command = JSON.parse(entrypoint[1]!) as string[]
+  return command.slice(1, command.indexOf('dist/main.js'))
+}
+
 export interface Running {
   child: ChildProcess
   stdout: string[]
@@ -108,25 +116,50 @@ export interface SpawnedSidecar {
 }
 
 /**
- * `node dist/main.js` on free ports, in front of `baseUrl`, against the auth
- * server at `authUrl` as client legacy-app and user service-user; killed in
- * teardown. `env` adds or overrides variables.
+ * `node dist/main.js` in front of `baseUrl`, against the auth server at
+ * `authUrl` as client legacy-app and user service-user, listening when this
+ * resolves; killed in teardown. `env` adds or overrides variables. The ports
+ * are the kernel's choice (port 0), read from the log line: a port picked
+ * here and bound there could be taken meanwhile by a parallel test.
  */
 export async function spawnSidecar (t: Test, baseUrl: string, authUrl: string, password: string, env: Record<string, string> = {}, launch: Launch = {}): Promise<SpawnedSidecar> {
-  const [proxyPort, adminPort] = [await freePort(), await freePort()]
   const run = start({
     BASE_URL: baseUrl,
     AUTH_URL: authUrl,
     AUTH_CLIENT_ID: 'legacy-app',
     AUTH_USERNAME: 'service-user',
     AUTH_PASSWORD: password,
-    PROXY_PORT: String(proxyPort),
-    ADMIN_PORT: String(adminPort),
+    PROXY_PORT: '0',
+    ADMIN_PORT: '0',
     ADMIN_HOST: '127.0.0.1',
     ...env
   }, root, [], launch)
   t.teardown(() => { run.child.kill('SIGKILL') })
-  return { run, proxyUrl: `http://127.0.0.1:${proxyPort}`, adminUrl: `http://127.0.0.1:${adminPort}` }
+  const listening = await listeningLine(run)
+  return { run, proxyUrl: urlOf(listening.proxy), adminUrl: urlOf(listening.admin) }
+}
+
+/** The sidecar's "listening" record, or an error with its output when it exits or stays silent. */
+async function listeningLine (run: Running, ms = 15_000): Promise<{ proxy: string, admin: string }> {
+  let exited = false
+  void run.exited.then(() => { exited = true })
+  const find = (): string | undefined => run.stdout.find((l) => l.includes('auth-sidecar listening'))
+  await until(() => find() !== undefined || exited, ms).catch(() => {})
+  const line = find()
+  if (line === undefined) {
+    const why = exited ? `exited with ${String(run.child.exitCode)}` : `not listening after ${ms} ms`
+    throw new Error(`sidecar ${why}: ${run.stdout.join('\n')} ${run.stderr.join('')}`)
+  }
+  return JSON.parse(line) as { proxy: string, admin: string }
+}
+
+/** A URL on this machine for a logged listening address (`host:port`, IPv6 too). */
+function urlOf (address: string): string {
+  const at = address.lastIndexOf(':')
+  const host = address.slice(0, at)
+  const port = address.slice(at + 1)
+  if (host === '0.0.0.0' || host === '::') return `http://127.0.0.1:${port}`
+  return host.includes(':') ? `http://[${host}]:${port}` : `http://${host}:${port}`
 }
 
 /** Waits for the sidecar's first token, with its output in the error if it never comes. */
@@ -150,15 +183,12 @@ export async function startSidecar (t: Test, env: Record<string, string> = {}, t
     await tokenServer.close()
   })
   const sidecar = await spawnSidecar(t, `${upstream.url}/api`, tokenServer.url, E2E_PASSWORD, env, launch)
-  await untilListening(sidecar, waitReady)
+  if (waitReady) await untilReady(sidecar)
   return { ...sidecar, tokenServer, upstream }
 }
 
-/** Waits for a spawned sidecar to listen and, with `ready`, to hold a token and answer /readyz 200. */
-export async function untilListening (s: SpawnedSidecar, ready = true): Promise<void> {
-  await until(() => s.run.stdout.some((l) => l.includes('auth-sidecar listening')), 15_000)
-  if (ready) {
-    await untilToken(s.run)
-    if ((await send(`${s.adminUrl}/readyz`)).status !== 200) throw new Error('sidecar not ready')
-  }
+/** Waits for a spawned sidecar to hold a token and answer /readyz 200. */
+export async function untilReady (s: SpawnedSidecar): Promise<void> {
+  await untilToken(s.run)
+  if ((await send(`${s.adminUrl}/readyz`)).status !== 200) throw new Error('sidecar not ready')
 }

@@ -7,7 +7,7 @@ import { calculateJwkThumbprint, exportJWK, SignJWT, type JWK } from 'jose'
 import type { Test } from 'tap'
 import { send, until } from '../helpers/build.js'
 import { keycloakTest } from '../helpers/keycloak.js'
-import { spawnSidecar, untilListening } from '../helpers/process.js'
+import { spawnSidecar, untilReady } from '../helpers/process.js'
 import { resourceServer } from '../helpers/resource-server.js'
 
 /** As the kubelet replaces a mounted file: a new file renamed into place. */
@@ -54,7 +54,7 @@ keycloakTest('private_key_jwt against Keycloak\'s "Signed JWT" with a JWKS URL: 
     AUTH_CLIENT_AUTH: 'private_key_jwt',
     AUTH_CLIENT_KEY_FILE: join(dir, 'client.pem')
   })
-  await untilListening(sidecar)
+  await untilReady(sidecar)
   t.equal((await send(`${sidecar.proxyUrl}/a`)).status, 200)
 
   // Rotation as a platform would do it: the new key is published, then the
@@ -116,7 +116,7 @@ keycloakTest('federated_jwt against Keycloak\'s "Signed JWT - Federated": a proj
     AUTH_USERNAME: '',
     AUTH_PASSWORD: ''
   })
-  await untilListening(sidecar)
+  await untilReady(sidecar)
   t.equal((await send(`${sidecar.proxyUrl}/a`)).status, 200)
   t.equal(api.verdicts.at(-1)!.claims?.azp, 'workload', 'a token of the federated client')
 

@@ -1,6 +1,6 @@
 import { send } from '../helpers/build.js'
 import { keycloakTest } from '../helpers/keycloak.js'
-import { spawnSidecar, untilListening } from '../helpers/process.js'
+import { spawnSidecar, untilReady } from '../helpers/process.js'
 import { resourceServer } from '../helpers/resource-server.js'
 
 const SERVICE_SECRET = 'service-app-secret-3c7a'
@@ -18,7 +18,7 @@ for (const clientAuth of ['client_secret_post', 'client_secret_basic'] as const)
       AUTH_USERNAME: '',
       AUTH_PASSWORD: ''
     })
-    await untilListening(sidecar)
+    await untilReady(sidecar)
     const statuses: number[] = []
     for (let i = 0; i < 30; i++) {
       statuses.push((await send(`${sidecar.proxyUrl}/r`)).status)

@@ -1,6 +1,6 @@
 import { send } from '../helpers/build.js'
 import { keycloakTest, type KeycloakServer } from '../helpers/keycloak.js'
-import { spawnSidecar, untilListening, untilToken } from '../helpers/process.js'
+import { spawnSidecar, untilReady, untilToken } from '../helpers/process.js'
 import { resourceServer } from '../helpers/resource-server.js'
 import type { Test } from 'tap'
 
@@ -20,7 +20,7 @@ async function renewalsThenShutdown (t: Test, server: KeycloakServer): Promise<v
   const api = await resourceServer(t, realm.issuer, realm.jwksUrl)
   const base = server.url.replace(/\/auth$/, '')
   const sidecar = await spawnSidecar(t, `${api.url}/v1`, base, PASSWORD, { AUTH_REALM: realm.name, AUTH_CLIENT_SECRET: CLIENT_SECRET })
-  await untilListening(sidecar)
+  await untilReady(sidecar)
 
   t.same((await realm.sessions('service-user')).length, 1, 'one Keycloak session once the sidecar is ready')
   const statuses: number[] = []
@@ -69,7 +69,7 @@ keycloakTest('discovery through AUTH_ISSUER_URL finds the token and end-session 
   const realm = await kc.root.realm(t)
   const api = await resourceServer(t, realm.issuer, realm.jwksUrl)
   const sidecar = await spawnSidecar(t, api.url, '', PASSWORD, { AUTH_ISSUER_URL: realm.issuer, AUTH_CLIENT_SECRET: CLIENT_SECRET })
-  await untilListening(sidecar)
+  await untilReady(sidecar)
   await untilToken(sidecar.run)
   const discovered = sidecar.run.stdout.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.event === 'discovery')!
   t.equal(discovered.tokenUrl, realm.tokenUrl)
