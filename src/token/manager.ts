@@ -3,8 +3,9 @@ import type { Logger } from '../logger.js'
 import type { SecretScrubber } from '../secrets.js'
 import type { AuthServer } from './auth-server.js'
 import { MAX_TIMER_MS, systemClock, type Clock } from './clock.js'
-import { wellKnownUrl, type Endpoints } from './discovery.js'
-import { GrantError, isCredentialRejection, type GrantType, type TokenSet } from './grant.js'
+import type { Endpoints } from './discovery.js'
+import { classify, logFailure, notReadyText, type FailureClass } from './failures.js'
+import { GrantError, type GrantType, type TokenSet } from './grant.js'
 import { RejectionBackoff } from './rejection-backoff.js'
 import { backoffDelay, renewalDelay, slowRetryDelay, usableFor } from './schedule.js'
 import { endSession } from './session.js'
@@ -30,6 +31,7 @@ export interface TokenManagerOptions {
 
 interface HeldToken {
   header: string
+  accessToken: string
   receivedAt: number
   lifetimeMs: number
   usableUntil: number
@@ -69,7 +71,7 @@ export class TokenManager implements AuthorizationSource {
   #failures = 0
   #lastFailure = ''
   /** what the last failed grant ran into, for readiness */
-  #lastFailureKind: 'credentials' | 'rejected' | 'wrong_url' | 'unusable' | 'credential' | 'transient' | 'discovery' | undefined
+  #lastFailureKind: FailureClass | undefined
   #stopped = false
   /** a grant answered after stop(): never used, only its session ended */
   #lateGrant: TokenSet | undefined
@@ -77,6 +79,8 @@ export class TokenManager implements AuthorizationSource {
   readonly #secrets: SecretScrubber
   /** renewals caused by upstream 401s with no other upstream answer in between */
   readonly #rejections = new RejectionBackoff()
+  /** the upstream's newest DPoP nonce */
+  #upstreamNonce: string | undefined
 
   constructor (options: TokenManagerOptions) {
     this.#o = options
@@ -113,17 +117,7 @@ export class TokenManager implements AuthorizationSource {
   }
 
   notReadyReason (): string | undefined {
-    if (this.ready()) return undefined
-    switch (this.#lastFailureKind) {
-      case 'credentials': return 'credentials rejected by the auth server (see the log for its reason)'
-      case 'rejected': return 'token request refused by the auth server (see the log for its reason)'
-      case 'wrong_url': return `wrong token URL: ${this.#server.tokenUrl ?? ''} is not a token endpoint (set AUTH_URL and AUTH_REALM, AUTH_ISSUER_URL, or AUTH_TOKEN_URL)`
-      case 'unusable': return 'the token endpoint answered without a usable token (see the log); retrying slowly'
-      case 'credential': return 'the client credential cannot be used (see the log); retrying when its file changes'
-      case 'discovery': return `OpenID Connect discovery at ${wellKnownUrl(this.#server.issuerUrl ?? '')} failed (see the log); retrying`
-      case 'transient': return 'token endpoint unreachable or failing; retrying'
-      default: return 'no valid access token'
-    }
+    return this.ready() ? undefined : notReadyText(this.#lastFailureKind, { tokenUrl: this.#server.tokenUrl, issuerUrl: this.#server.issuerUrl })
   }
 
   expiresInSeconds (): number {
@@ -179,6 +173,16 @@ export class TokenManager implements AuthorizationSource {
     this.#rejections.reset()
   }
 
+  proof (header: string, method: string, url: string): string | undefined {
+    const dpop = this.#server.dpop
+    if (dpop === undefined) return undefined
+    return dpop.proof(method, url, { nonce: this.#upstreamNonce, accessToken: header.slice(header.indexOf(' ') + 1) })
+  }
+
+  upstreamNonce (nonce: string): void {
+    this.#upstreamNonce = nonce
+  }
+
   #renewNow (): void {
     if (this.#inflight !== undefined || this.#stopped) return
     this.#clock.clearTimeout(this.#timer)
@@ -204,12 +208,15 @@ export class TokenManager implements AuthorizationSource {
           set = await this.#server.refreshGrant(refresh.token)
         } catch (err) {
           // Only invalid_grant says the refresh token is spent (expired,
-          // revoked, reused, its session ended): then the password grant. A
-          // network failure or 5xx leaves it for the next attempt, so that a
-          // blip does not open a new session; should the server have used it
-          // up meanwhile, the retry is refused with invalid_grant. Another
-          // refusal (invalid_client, say) is the client's to fix.
-          if (!(err instanceof GrantError) || err.kind !== 'rejected' || err.oauthError !== 'invalid_grant' || this.#stopped) throw err
+          // revoked, reused, its session ended), or a 200 without a usable
+          // token (Keycloak's in the last second of an SSO session:
+          // expires_in 0): then the password grant. A network failure or 5xx
+          // leaves it for the next attempt, so that a blip does not open a new
+          // session; should the server have used it up meanwhile, the retry
+          // is refused with invalid_grant. Another refusal (invalid_client,
+          // say) is the client's to fix.
+          const spent = err instanceof GrantError && ((err.kind === 'rejected' && err.oauthError === 'invalid_grant') || err.kind === 'unusable')
+          if (!spent || this.#stopped) throw err
           this.#o.log.info({ event: 'token', grant: step, outcome: 'rejected', reason: this.#secrets.scrub(err.message) }, `refresh token refused: falling back to the ${primary} grant`)
           step = primary
         }
@@ -228,6 +235,12 @@ export class TokenManager implements AuthorizationSource {
   /** The client's key as its assertions name it (private_key_jwt), for `check`. */
   async clientKey (): Promise<{ alg: string, kid: string } | undefined> {
     return await this.#server.clientKey()
+  }
+
+  /** The DPoP key's algorithm and thumbprint, in DPoP mode, for `check`. */
+  get dpopKey (): { alg: string, thumbprint: string } | undefined {
+    const key = this.#server.dpop
+    return key === undefined ? undefined : { alg: key.alg, thumbprint: key.thumbprint }
   }
 
   /** Discovery, if configured and not done yet (the `check` command's first step). */
@@ -261,7 +274,7 @@ export class TokenManager implements AuthorizationSource {
     const late = this.#lateGrant
     const held = late !== undefined
       ? { refreshToken: late.refreshToken, accessToken: late.accessToken }
-      : { refreshToken: this.#refresh?.token, accessToken: this.#token?.header.slice('Bearer '.length) }
+      : { refreshToken: this.#refresh?.token, accessToken: this.#token?.accessToken }
     this.#refresh = undefined
     this.#token = undefined
     this.#lateGrant = undefined
@@ -288,8 +301,8 @@ export class TokenManager implements AuthorizationSource {
       return
     }
     const now = this.#clock.now()
-    const header = `Bearer ${set.accessToken}`
-    this.#token = { header, receivedAt: now, lifetimeMs: set.expiresInMs, usableUntil: now + usableFor(set.expiresInMs) }
+    const header = `${this.#server.scheme} ${set.accessToken}`
+    this.#token = { header, accessToken: set.accessToken, receivedAt: now, lifetimeMs: set.expiresInMs, usableUntil: now + usableFor(set.expiresInMs) }
     this.#refresh = set.refreshToken === undefined
       ? undefined
       : {
@@ -320,7 +333,7 @@ export class TokenManager implements AuthorizationSource {
   #failed (step: GrantType | 'discovery', err: unknown): void {
     const e = err instanceof GrantError ? err : new GrantError(String(err), 'transient')
     const rejected = e.kind === 'rejected'
-    this.#lastFailureKind = step === 'discovery' ? 'discovery' : e.kind === 'rejected' ? (isCredentialRejection(e) ? 'credentials' : 'rejected') : e.kind
+    this.#lastFailureKind = classify(step, e)
     // What will not change by itself, and what may each time have taken the
     // credentials somewhere or opened a session, is retried slowly: a
     // refusal, an answer without a usable token, a URL that is no token
@@ -340,21 +353,7 @@ export class TokenManager implements AuthorizationSource {
       retryInMs: Math.round(delay),
       tokenValid: this.current() !== undefined
     }
-    if (e.kind === 'rejected' && isCredentialRejection(e)) {
-      // Every attempt is logged: they are a minute apart, and an operator must see them.
-      this.#o.log.error(fields, 'credentials rejected by the auth server: retrying slowly to avoid a lockout')
-    } else if (e.kind === 'credential') {
-      this.#o.log.error(fields, 'the client credential cannot be used: nothing was sent; retrying when its file changes')
-    } else if (step === 'discovery' && e.kind === 'wrong_url' && e.message !== this.#lastFailure) {
-      this.#o.log.error(fields, 'discovery failed: check AUTH_ISSUER_URL (Keycloak\'s is https://host/realms/<realm>)')
-    } else if (e.kind === 'wrong_url' && e.message !== this.#lastFailure) {
-      this.#o.log.error(fields, 'wrong token URL: check AUTH_URL and AUTH_REALM, or set AUTH_TOKEN_URL to the realm\'s token endpoint')
-    } else if (e.message !== this.#lastFailure) {
-      this.#o.log[rejected ? 'error' : 'warn'](fields, 'token request failed')
-    } else {
-      // the same failure again: once per episode at warn, the repeats at debug
-      this.#o.log.debug(fields, 'token request failed again')
-    }
+    logFailure(this.#o.log, step, e, fields, e.message === this.#lastFailure)
     this.#lastFailure = e.message
     this.#o.log.debug({ event: fields.event, ...(step !== 'discovery' && { grant: step }), failure: e.kind, retryInMs: Math.round(delay) }, `${fields.event} request will be retried`)
 

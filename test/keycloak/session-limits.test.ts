@@ -1,7 +1,7 @@
 import type { Test } from 'tap'
 import { send } from '../helpers/build.js'
 import { keycloakTest, type Realm } from '../helpers/keycloak.js'
-import { spawnSidecar, untilListening, type SpawnedSidecar } from '../helpers/process.js'
+import { spawnSidecar, untilReady, type SpawnedSidecar } from '../helpers/process.js'
 import { resourceServer } from '../helpers/resource-server.js'
 
 const PASSWORD = 'service-user-password-5e1f'
@@ -9,7 +9,7 @@ const PASSWORD = 'service-user-password-5e1f'
 async function sidecarFor (t: Test, realm: Realm): Promise<SpawnedSidecar> {
   const api = await resourceServer(t, realm.issuer, realm.jwksUrl)
   const sidecar = await spawnSidecar(t, api.url, '', PASSWORD, { AUTH_ISSUER_URL: realm.issuer, AUTH_CLIENT_SECRET: 'legacy-app-secret-8f2d' })
-  await untilListening(sidecar)
+  await untilReady(sidecar)
   return sidecar
 }
 
@@ -30,6 +30,8 @@ keycloakTest('SSO Session Max shorter than the run: one password grant when the 
   const sidecar = await sidecarFor(t, realm)
   const statuses = await traffic(sidecar, 26)
   t.same([...new Set(statuses)], [200], `${statuses.length} requests, every one 200`)
+  // what the sidecar met, should a request have failed
+  if (statuses.some((s) => s !== 200)) t.comment(sidecar.run.stdout.filter((l) => l.includes('"event":"token"') && !l.includes('"level":20')).join('\n'))
   const events = await realm.events(['LOGIN', 'LOGIN_ERROR', 'REFRESH_TOKEN', 'REFRESH_TOKEN_ERROR'])
   t.equal(events.filter((e) => e.type === 'LOGIN').length, 2, 'the password grant at start, and once more for the new session')
   t.ok(events.filter((e) => e.type === 'REFRESH_TOKEN').length >= 3, 'refresh grants in between')

@@ -141,6 +141,18 @@ t.test('refresh answered invalid_grant: falls back to the password grant at once
   }
 })
 
+t.test('a refresh answered 200 without a usable token (Keycloak at the end of an SSO session: expires_in 0): the password grant at once', async (t) => {
+  const { clock, endpoint, manager } = setup(t)
+  endpoint.queue.push(tokenAnswer(100), tokenAnswer(0, 0))
+  const next = tokenAnswer(100)
+  endpoint.queue.push(next)
+  manager.start()
+  await clock.advance(0)
+  await clock.advance(75_000)
+  t.same(endpoint.grants(), ['password', 'refresh_token', 'password'])
+  t.equal(manager.current(), ScriptedEndpoint.header(next), 'not the slow pace of an unusable password grant')
+})
+
 t.test('a refresh token that lapses before the renewal is not used', async (t) => {
   const { clock, endpoint, manager } = setup(t)
   endpoint.queue.push(tokenAnswer(100, 30)) // refresh lapses at 30 s, renewal is at 50-75 s
