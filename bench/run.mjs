@@ -12,17 +12,21 @@
 //
 // Settings (environment): BENCH_ROUNDS (8), BENCH_SECONDS per slice (3),
 // BENCH_PROCS (3 processes per Node proxy), BENCH_PREVIOUS (the main.js of
-// an earlier build, measured as a fourth variant "previous";
-// BENCH_PREVIOUS_NODE_FLAGS and BENCH_PREVIOUS_GLIBC_TUNABLES start it with
-// options, none by default: with BENCH_PREVIOUS=$PWD/dist/main.js, two sets
-// of start-up options compared in the same rounds),
+// an earlier build, measured as the variant "previous";
+// BENCH_PREVIOUS_NODE_FLAGS starts it with Node options, none by default:
+// with BENCH_PREVIOUS=$PWD/dist/main.js, two sets of start-up options
+// compared in the same rounds), BENCH_NODE_FLAGS (the sidecar's Node
+// options; the Dockerfile's by default),
 // BENCH_CONNECTIONS (32), BENCH_STREAM_MB (1024), BENCH_STREAM_REPS
 // (3), BENCH_TOKEN_SECONDS
 // (access token lifetime during the run, 10), BENCH_GRANT_SECONDS (20, for
 // the grants-per-request runs), BENCH_STARTS (5 start-up measurements;
 // with BENCH_PREVIOUS, as many of that build's, in turns),
 // BENCH_SETTLE_SECONDS (15: idle RSS is read this long after each proxy's
-// first request, once V8's memory reducer has run; 1 reads it at once).
+// first request, once V8's memory reducer has run; 1 reads it at once),
+// BENCH_DPOP (ES256: the algorithm of the sidecar with AUTH_DPOP=true,
+// measured against the bearer sidecars in rounds of their own after the
+// main ones; empty leaves it out).
 //
 // CPU pinning: where `taskset` exists and there are two or more cores, every
 // proxy runs on core 1 alone, and the load generator and the upstream on
@@ -50,15 +54,17 @@ const STARTS = env('BENCH_STARTS', 5)
 /** Idle RSS is read this long after the first request (V8's memory reducer has run by then), in the load part and for the first start. */
 const SETTLE_SECONDS = env('BENCH_SETTLE_SECONDS', 15)
 /** BENCH_ONLY=startup (or load, stream, grants, comma-separated) runs only those parts. */
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'load,stream,grants,startup').split(','))
-// The sidecar runs as the image starts it, with the options for the Node
-// running the bench (image-options.mjs: on Node 20, without
-// --max-semi-space-size); BENCH_NODE_FLAGS and
-// BENCH_GLIBC_TUNABLES replace those options ('' for none).
-const NODE_FLAGS = (process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean)
-const GLIBC_TUNABLES = process.env.BENCH_GLIBC_TUNABLES ?? ''
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'load,stream,grants,startup,proofs').split(','))
+const DPOP = process.env.BENCH_DPOP ?? 'ES256'
+// The sidecar runs as the image starts it, with the Node options of the
+// Dockerfile's ENTRYPOINT; BENCH_NODE_FLAGS replaces them ('' for none).
+const IMAGE_FLAGS = (() => {
+  const entrypoint = /^ENTRYPOINT (\[.*\])$/m.exec(readFileSync(join(root, 'Dockerfile'), 'utf8'))
+  const command = entrypoint === null ? [] : JSON.parse(entrypoint[1])
+  return command.slice(1, command.indexOf('dist/main.js'))
+})()
+const NODE_FLAGS = process.env.BENCH_NODE_FLAGS === undefined ? IMAGE_FLAGS : process.env.BENCH_NODE_FLAGS.split(' ').filter(Boolean)
 const PREVIOUS_NODE_FLAGS = (process.env.BENCH_PREVIOUS_NODE_FLAGS ?? '').split(' ').filter(Boolean)
-const PREVIOUS_GLIBC_TUNABLES = process.env.BENCH_PREVIOUS_GLIBC_TUNABLES ?? ''
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim())
 
 const which = (cmd) => { try { return execFileSync('which', [cmd], { encoding: 'utf8' }).trim() } catch { return undefined } }
@@ -128,18 +134,16 @@ function tokenServerGrants (tokenServer) {
   })
 }
 
-async function startSidecar (upstreamPort, tokenServer, core = 1, main = 'dist/main.js') {
+async function startSidecar (upstreamPort, tokenServer, core = 1, main = 'dist/main.js', extraEnv = {}) {
   const [proxyPort, adminPort] = [await freePort(), await freePort()]
   // an earlier build runs as it was run then, without today's start-up
   // options unless BENCH_PREVIOUS_* give some
   const asImage = main === 'dist/main.js'
-  const tunables = asImage ? GLIBC_TUNABLES : PREVIOUS_GLIBC_TUNABLES
   const [c, a] = onCore(core, process.execPath, [...(asImage ? NODE_FLAGS : PREVIOUS_NODE_FLAGS), main])
   const child = spawn(c, a, {
     cwd: root,
     env: {
       PATH: process.env.PATH,
-      ...(tunables !== '' && { GLIBC_TUNABLES: tunables }),
       BASE_URL: `http://127.0.0.1:${upstreamPort}`,
       AUTH_URL: tokenServer.info.url,
       AUTH_CLIENT_ID: 'legacy-app',
@@ -147,7 +151,8 @@ async function startSidecar (upstreamPort, tokenServer, core = 1, main = 'dist/m
       AUTH_PASSWORD: 'service-password',
       PROXY_PORT: String(proxyPort),
       ADMIN_PORT: String(adminPort),
-      ADMIN_HOST: '127.0.0.1'
+      ADMIN_HOST: '127.0.0.1',
+      ...extraEnv
     },
     stdio: ['ignore', 'ignore', 'inherit']
   })
@@ -265,7 +270,6 @@ async function main () {
   const tokenServer = await launch(0, process.execPath, ['dist/dev/token-server.js'], { TOKEN_SECONDS: String(TOKEN_SECONDS) }, true)
   const times = (n, f) => Promise.all(Array.from({ length: n }, (_, i) => f(i)))
   const bares = await times(PROCS, () => launch(1, process.execPath, ['bench/bare-proxy.mjs'], { UPSTREAM: upstreamUrl }))
-  const pipe = undefined
   for (const b of bares) await untilOk(`http://127.0.0.1:${b.info.port}/`)
   const sidecars = await times(PROCS, () => startSidecar(upstream.info.port, tokenServer))
   for (const s of sidecars) await untilOk(`http://127.0.0.1:${s.port}/`)
@@ -285,7 +289,6 @@ async function main () {
     ...previous.map((s, i) => ({ variant: 'previous', name: `previous#${i + 1}`, url: `http://127.0.0.1:${s.port}`, pid: s.child.pid })),
     ...(nginx ? [{ variant: 'nginx', name: 'nginx', url: `http://127.0.0.1:${nginx.port}`, pid: nginxWorkerPid(nginx.child.pid) }] : [])
   ]
-  const variants = [...new Set(targets.map((t) => t.variant))]
   const firstOf = (variant) => targets.find((t) => t.variant === variant)
 
   // memory 1 s after one request each, and idle: once V8's memory reducer
@@ -301,55 +304,15 @@ async function main () {
 
   const runs = Object.fromEntries(targets.map((t) => [t.name, []]))
   const grantsBefore = await tokenServerGrants(tokenServer)
-  let sidecarRequests = 0
-  for (let round = 1; round <= (ONLY.has('load') ? ROUNDS : 0); round++) {
-    // the order turns each round, so that no process always comes first in
-    // a round; each still follows the same neighbour every round
-    const order = targets.map((_, i) => targets[(i + round - 1) % targets.length])
-    for (const t of order) {
-      const before = t.pid ? cpuTicks(t.pid) : 0
-      let peak = t.pid ? rssMb(t.pid) : 0
-      const sampler = t.pid ? setInterval(() => { peak = Math.max(peak, rssMb(t.pid)) }, 100) : undefined
-      const r = await load(t.url)
-      clearInterval(sampler)
-      const ticks = t.pid ? cpuTicks(t.pid) - before : NaN
-      const requests = r.requests.total
-      if (t.variant === 'auth-sidecar') sidecarRequests += requests
-      runs[t.name].push({
-        rps: r.requests.average,
-        p50: r.latency.p50,
-        p99: r.latency.p99,
-        cpuUsPerRequest: t.pid ? (ticks / CLK_TCK) * 1e6 / requests : NaN,
-        non2xx: r.non2xx + r.errors,
-        loadRss: peak
-      })
-      console.error(`round ${round} ${t.name.padEnd(15)} ${Math.round(r.requests.average)} req/s  p50 ${r.latency.p50} ms  p99 ${r.latency.p99} ms${t.pid ? `  cpu ${runs[t.name].at(-1).cpuUsPerRequest.toFixed(1)} µs/req` : ''}${r.non2xx + r.errors ? `  NON-2XX ${r.non2xx + r.errors}` : ''}`)
-    }
-  }
+  if (ONLY.has('load')) await inRounds(targets, runs)
+  const sidecarRequests = targets.filter((t) => t.variant === 'auth-sidecar').reduce((n, t) => n + runs[t.name].reduce((m, r) => m + r.requests, 0), 0)
   const grantsDuringRuns = (await tokenServerGrants(tokenServer)) - grantsBefore
 
-  const summary = Object.fromEntries(variants.map((variant) => {
-    const procs = targets.filter((t) => t.variant === variant)
-    const rs = procs.flatMap((t) => runs[t.name])
-    const perProcess = procs.map((t) => median(runs[t.name].map((r) => r.cpuUsPerRequest)))
-    return [variant, {
-      processes: procs.length,
-      rps: median(rs.map((r) => r.rps)),
-      p50: median(rs.map((r) => r.p50)),
-      p99: median(rs.map((r) => r.p99)),
-      cpuUsPerRequest: median(rs.map((r) => r.cpuUsPerRequest)),
-      cpuUsPerRequestByProcess: perProcess,
-      non2xx: rs.reduce((a, r) => a + r.non2xx, 0),
-      rssAfter1sMb: median(procs.map((t) => startRss[t.name])),
-      idleRssMb: median(procs.map((t) => idleRss[t.name])),
-      loadRssMb: procs[0].pid ? Math.max(...rs.map((r) => r.loadRss)) : undefined
-    }]
-  }))
+  const summary = summarize(targets, runs, startRss, idleRss)
 
-  // streaming, interleaved like the rounds, one transfer at a time; the raw
-  // Node pipe shows what moving the bytes through Node's sockets costs by itself
-  const streamTargets = ['direct', 'bare-proxy', ...(pipe ? ['node-pipe'] : []), 'auth-sidecar', 'previous', 'nginx']
-    .map((v) => v === 'node-pipe' ? { name: 'node-pipe', url: `http://127.0.0.1:${pipe.info.port}`, pid: pipe.child.pid } : firstOf(v))
+  // streaming, interleaved like the rounds, one transfer at a time
+  const streamTargets = ['direct', 'bare-proxy', 'auth-sidecar', 'previous', 'nginx']
+    .map((v) => firstOf(v))
     .filter((t) => t !== undefined)
     .map((t) => ({ ...t, name: t.variant ?? t.name }))
   const streamRuns = Object.fromEntries(streamTargets.map((t) => [t.name, []]))
@@ -372,10 +335,38 @@ async function main () {
     peakGrowthMb: Math.max(...rs.map((r) => r.growth))
   }]))
 
+  // DPoP mode against bearer mode: rounds of their own, the bearer
+  // sidecars against as many in DPoP mode (the token server binds its
+  // tokens to their keys; the upstream checks nothing, so what differs is
+  // the sidecar's own work), once the other Node proxies are stopped: more
+  // processes on the core raise every Node proxy's cost.
+  for (const t of targets) if (t.pid !== undefined && t.variant !== 'auth-sidecar' && t.variant !== 'nginx') process.kill(t.pid, 'SIGKILL')
+  let dpop = null
+  if (DPOP !== '' && ONLY.has('load')) {
+    const started = await times(PROCS, () => startSidecar(upstream.info.port, tokenServer, 1, 'dist/main.js', { AUTH_DPOP: 'true', AUTH_DPOP_ALG: DPOP }))
+    for (const d of started) await untilOk(`http://127.0.0.1:${d.port}/`)
+    const pair = [
+      ...targets.filter((t) => t.variant === 'auth-sidecar'),
+      ...started.map((d, i) => ({ variant: 'auth-sidecar-dpop', name: `dpop#${i + 1}`, url: `http://127.0.0.1:${d.port}`, pid: d.child.pid }))
+    ]
+    for (const t of pair) await load(t.url, { duration: 2 })
+    const dpopRuns = Object.fromEntries(pair.map((t) => [t.name, []]))
+    await inRounds(pair, dpopRuns, 'dpop round')
+    const dpopSummary = summarize(pair, dpopRuns)
+    dpop = {
+      alg: DPOP,
+      summary: dpopSummary,
+      cpuToBearer: dpopSummary['auth-sidecar-dpop'].cpuUsPerRequest / dpopSummary['auth-sidecar'].cpuUsPerRequest,
+      cpuToBearerSpread: spreadOf(dpopSummary, 'auth-sidecar-dpop', 'auth-sidecar'),
+      cpuToBearerByRound: byRoundOf(pair, dpopRuns, 'auth-sidecar-dpop', 'auth-sidecar'),
+      runs: dpopRuns
+    }
+    for (const d of started) d.child.kill('SIGKILL')
+  }
+
   // Grants and start-up are measured with no other Node proxy on core 1:
   // the others' timers and renewals would be counted in or slow them down.
-  for (const t of targets) if (t.pid !== undefined && t !== firstOf('auth-sidecar') && t.variant !== 'nginx') process.kill(t.pid, 'SIGKILL')
-  if (pipe) pipe.child.kill('SIGKILL')
+  for (const t of targets) if (t.variant === 'auth-sidecar' && t !== firstOf('auth-sidecar')) process.kill(t.pid, 'SIGKILL')
 
   // token grants at two request rates
   const grantRates = []
@@ -424,18 +415,8 @@ async function main () {
   console.error(`start-up to first proxied 200 (excluding the grant): ${startup.medianMs.toFixed(0)} ms median; RSS 1 s later ${startup.rssAfter1sMb?.toFixed(0)} MB${startup.idleRssMb !== null ? `, idle ${SETTLE_SECONDS} s later ${startup.idleRssMb.toFixed(0)} MB` : ''}`)
 
   const s = summary['auth-sidecar']
-  // the range of the ratio over the processes' own medians: how far noise alone moves it
-  const spread = (a, b) => summary[a] && summary[b]
-    ? [Math.min(...summary[a].cpuUsPerRequestByProcess) / Math.max(...summary[b].cpuUsPerRequestByProcess), Math.max(...summary[a].cpuUsPerRequestByProcess) / Math.min(...summary[b].cpuUsPerRequestByProcess)]
-    : null
-  // the same ratio round by round (each round's slices lie within a minute of
-  // each other, so slow drifts of the machine cancel out): median and range
-  const byRound = (a, b) => {
-    if (!summary[a] || !summary[b] || runs[targets[0].name].length === 0) return null
-    const slice = (variant, r) => median(targets.filter((t) => t.variant === variant).map((t) => runs[t.name][r]?.cpuUsPerRequest))
-    const rs = runs[targets[0].name].map((_, r) => slice(a, r) / slice(b, r))
-    return { median: median(rs), min: Math.min(...rs), max: Math.max(...rs) }
-  }
+  const spread = (a, b) => spreadOf(summary, a, b)
+  const byRound = (a, b) => byRoundOf(targets, runs, a, b)
   const ratios = {
     cpuToBareProxyByRound: byRound('auth-sidecar', 'bare-proxy'),
     cpuToPreviousByRound: byRound('auth-sidecar', 'previous'),
@@ -448,20 +429,21 @@ async function main () {
     cpuToBareProxy: s.cpuUsPerRequest / summary['bare-proxy'].cpuUsPerRequest,
     cpuToNginx: summary.nginx ? s.cpuUsPerRequest / summary.nginx.cpuUsPerRequest : null,
     uploadToNginx: streaming.nginx ? streaming['auth-sidecar'].uploadMBps / streaming.nginx.uploadMBps : null,
-    downloadToNginx: streaming.nginx ? streaming['auth-sidecar'].downloadMBps / streaming.nginx.downloadMBps : null,
-    uploadToNodePipe: streaming['node-pipe'] ? streaming['auth-sidecar'].uploadMBps / streaming['node-pipe'].uploadMBps : null
+    downloadToNginx: streaming.nginx ? streaming['auth-sidecar'].downloadMBps / streaming.nginx.downloadMBps : null
   }
 
   const result = {
     date: new Date().toISOString(),
     node: process.version,
-    settings: { ROUNDS, SECONDS, PROCS, NODE_FLAGS: NODE_FLAGS.join(' '), GLIBC_TUNABLES, CONNECTIONS, STREAM_MB, STREAM_REPS, TOKEN_SECONDS, GRANT_SECONDS, STARTS, SETTLE_SECONDS, pinning },
+    settings: { ROUNDS, SECONDS, PROCS, NODE_FLAGS: NODE_FLAGS.join(' '), CONNECTIONS, STREAM_MB, STREAM_REPS, TOKEN_SECONDS, GRANT_SECONDS, STARTS, SETTLE_SECONDS, pinning },
     summary,
     ratios,
     streaming,
     grants: { duringRuns: grantsDuringRuns, sidecarRequests, rates: grantRates },
     startup,
     previousStartup,
+    dpop,
+    proofs: ONLY.has('proofs') ? proofCost() : null,
     runs
   }
   mkdirSync(join(root, 'bench/results'), { recursive: true })
@@ -474,12 +456,90 @@ async function main () {
   if (nginx) rmSync(nginx.dir, { recursive: true, force: true })
 }
 
+/**
+ * BENCH_ROUNDS rounds over `list`, one slice of load per target each, the
+ * order turned each round so that no process always comes first (each still
+ * follows the same neighbour); each slice's figures are pushed to `runs`.
+ */
+async function inRounds (list, runs, label = 'round') {
+  for (let round = 1; round <= ROUNDS; round++) {
+    const order = list.map((_, i) => list[(i + round - 1) % list.length])
+    for (const t of order) {
+      const before = t.pid ? cpuTicks(t.pid) : 0
+      let peak = t.pid ? rssMb(t.pid) : 0
+      const sampler = t.pid ? setInterval(() => { peak = Math.max(peak, rssMb(t.pid)) }, 100) : undefined
+      const r = await load(t.url)
+      clearInterval(sampler)
+      const ticks = t.pid ? cpuTicks(t.pid) - before : NaN
+      const requests = r.requests.total
+      runs[t.name].push({
+        rps: r.requests.average,
+        p50: r.latency.p50,
+        p99: r.latency.p99,
+        requests,
+        cpuUsPerRequest: t.pid ? (ticks / CLK_TCK) * 1e6 / requests : NaN,
+        non2xx: r.non2xx + r.errors,
+        loadRss: peak
+      })
+      console.error(`${label} ${round} ${t.name.padEnd(15)} ${Math.round(r.requests.average)} req/s  p50 ${r.latency.p50} ms  p99 ${r.latency.p99} ms${t.pid ? `  cpu ${runs[t.name].at(-1).cpuUsPerRequest.toFixed(1)} µs/req` : ''}${r.non2xx + r.errors ? `  NON-2XX ${r.non2xx + r.errors}` : ''}`)
+    }
+  }
+}
+
+/** Per variant: medians of all its slices, and each process's own median of CPU per request. */
+function summarize (list, runs, startRss = {}, idleRss = {}) {
+  const variants = [...new Set(list.map((t) => t.variant))]
+  return Object.fromEntries(variants.map((variant) => {
+    const procs = list.filter((t) => t.variant === variant)
+    const rs = procs.flatMap((t) => runs[t.name])
+    return [variant, {
+      processes: procs.length,
+      rps: median(rs.map((r) => r.rps)),
+      p50: median(rs.map((r) => r.p50)),
+      p99: median(rs.map((r) => r.p99)),
+      cpuUsPerRequest: median(rs.map((r) => r.cpuUsPerRequest)),
+      cpuUsPerRequestByProcess: procs.map((t) => median(runs[t.name].map((r) => r.cpuUsPerRequest))),
+      non2xx: rs.reduce((a, r) => a + r.non2xx, 0),
+      rssAfter1sMb: median(procs.map((t) => startRss[t.name])),
+      idleRssMb: median(procs.map((t) => idleRss[t.name])),
+      loadRssMb: procs[0].pid ? Math.max(...rs.map((r) => r.loadRss)) : undefined
+    }]
+  }))
+}
+
+/** The range of a ratio of CPU per request over the processes' own medians: how far noise alone moves it. */
+function spreadOf (summary, a, b) {
+  if (!summary[a] || !summary[b]) return null
+  const [x, y] = [summary[a].cpuUsPerRequestByProcess, summary[b].cpuUsPerRequestByProcess]
+  return [Math.min(...x) / Math.max(...y), Math.max(...x) / Math.min(...y)]
+}
+
+/**
+ * The same ratio round by round (a round's slices lie within a minute of
+ * each other, so slow drifts of the machine cancel out): median and range.
+ */
+function byRoundOf (list, runs, a, b) {
+  const rounds = runs[list[0].name].length
+  if (!list.some((t) => t.variant === a) || !list.some((t) => t.variant === b) || rounds === 0) return null
+  const slice = (variant, r) => median(list.filter((t) => t.variant === variant).map((t) => runs[t.name][r]?.cpuUsPerRequest))
+  const rs = Array.from({ length: rounds }, (_, r) => slice(a, r) / slice(b, r))
+  return { median: median(rs), min: Math.min(...rs), max: Math.max(...rs) }
+}
+
+/** bench/proof-cost.ts on the proxies' core: one DPoP proof's CPU, the sidecar's way and jose's. */
+function proofCost () {
+  const [c, a] = onCore(1, process.execPath, ['--import=./node_modules/@tapjs/typescript/dist/esm/import.mjs', 'bench/proof-cost.ts', DPOP || 'ES256'])
+  const result = JSON.parse(execFileSync(c, a, { cwd: root, encoding: 'utf8' }))
+  for (const [way, p] of Object.entries(result.ways)) console.error(`proof ${way}: ${p.medianUs.toFixed(1)} µs CPU (${p.minUs.toFixed(1)}–${p.maxUs.toFixed(1)})`)
+  return result
+}
+
 function table (r) {
   const f = (x, d = 0) => (typeof x !== 'number' || !Number.isFinite(x)) ? 'n/a' : x.toFixed(d)
   const lines = [
     `# auth-sidecar benchmark (${r.date}, Node ${r.node})`,
     '',
-    `${r.settings.ROUNDS} interleaved rounds × ${r.settings.SECONDS} s × ${r.settings.CONNECTIONS} connections, ${r.settings.PROCS} processes per Node proxy (one slice each per round, order turned each round); medians of all slices.${r.settings.NODE_FLAGS || r.settings.GLIBC_TUNABLES ? ` Sidecar started as the image starts it, with the options for this Node (scripts/image-options.mjs): \`${r.settings.GLIBC_TUNABLES ? `GLIBC_TUNABLES=${r.settings.GLIBC_TUNABLES} ` : ''}node ${r.settings.NODE_FLAGS}\`.` : ''} CPU pinning: ${r.settings.pinning ? 'proxies on core 1, load and upstream on core 0' : 'off'}. Tokens live ${r.settings.TOKEN_SECONDS} s (${r.grants.duringRuns} grants during the rounds).`,
+    `${r.settings.ROUNDS} interleaved rounds × ${r.settings.SECONDS} s × ${r.settings.CONNECTIONS} connections, ${r.settings.PROCS} processes per Node proxy (one slice each per round, order turned each round); medians of all slices.${r.settings.NODE_FLAGS ? ` Sidecar started as the image starts it: \`node ${r.settings.NODE_FLAGS} dist/main.js\`.` : ''} CPU pinning: ${r.settings.pinning ? 'proxies on core 1, load and upstream on core 0' : 'off'}. Tokens live ${r.settings.TOKEN_SECONDS} s (${r.grants.duringRuns} grants during the rounds).`,
     '',
     `| target | req/s | p50 ms | p99 ms | proxy CPU µs/req | each process's median | RSS 1 s after first request MB | idle RSS (${r.settings.SETTLE_SECONDS} s after) MB | RSS under load MB | non-2xx |`,
     '|---|---|---|---|---|---|---|---|---|---|'
@@ -499,14 +559,23 @@ function table (r) {
     `| the same, round by round | ${q.cpuToPreviousByRound ? `median ${f(q.cpuToPreviousByRound.median, 2)}, ${f(q.cpuToPreviousByRound.min, 2)}–${f(q.cpuToPreviousByRound.max, 2)}` : 'n/a'} |`,
     `| CPU per request / nginx | ${f(q.cpuToNginx, 2)} |`,
     `| upload MB/s / nginx | ${f(q.uploadToNginx, 2)} |`,
-    `| download MB/s / nginx | ${f(q.downloadToNginx, 2)} |`,
-    `| upload MB/s / raw Node pipe | ${f(q.uploadToNodePipe, 2)} |`)
+    `| download MB/s / nginx | ${f(q.downloadToNginx, 2)} |`)
   lines.push('', `| streaming ${r.settings.STREAM_MB} MB (median of ${r.settings.STREAM_REPS}) | upload MB/s | download MB/s | proxy CPU ms/GB up | proxy CPU ms/GB down | peak RSS MB | peak growth in a transfer MB |`, '|---|---|---|---|---|---|---|')
   for (const [name, s] of Object.entries(r.streaming)) {
     lines.push(`| ${name} | ${f(s.uploadMBps)} | ${f(s.downloadMBps)} | ${f(s.uploadCpuMsPerGb)} | ${f(s.downloadCpuMsPerGb)} | ${f(s.peakRssMb)} | ${f(s.peakGrowthMb)} |`)
   }
   lines.push('', '| token grants | req/s | requests | grants | per 100k requests | per minute |', '|---|---|---|---|---|---|')
   for (const g of r.grants.rates) lines.push(`| at ${g.rate} | ${f(g.rps)} | ${g.requests} | ${g.grants} | ${f(g.grantsPer100k, 1)} | ${f(g.grantsPerMinute, 1)} |`)
+  if (r.dpop) {
+    const d = r.dpop
+    lines.push('', `| DPoP mode (${d.alg}) against bearer mode, rounds of their own | req/s | p50 ms | p99 ms | proxy CPU µs/req | each process's median | non-2xx |`, '|---|---|---|---|---|---|---|')
+    for (const [name, x] of Object.entries(d.summary)) lines.push(`| ${name} | ${f(x.rps)} | ${f(x.p50, 1)} | ${f(x.p99, 1)} | ${f(x.cpuUsPerRequest, 1)} | ${x.cpuUsPerRequestByProcess.map((y) => f(y, 1)).join(' / ')} | ${x.non2xx} |`)
+    lines.push('', `DPoP mode's CPU per request / bearer mode's: ${f(d.cpuToBearer, 2)}${range(d.cpuToBearerSpread)}; round by round median ${f(d.cpuToBearerByRound?.median, 2)}, ${f(d.cpuToBearerByRound?.min, 2)}–${f(d.cpuToBearerByRound?.max, 2)}.`)
+  }
+  if (r.proofs) {
+    lines.push('', `| one DPoP proof (${r.proofs.count} per turn, ${r.proofs.turns} turns in alternation) | CPU µs per proof, median | range of the turns |`, '|---|---|---|')
+    for (const [way, p] of Object.entries(r.proofs.ways)) lines.push(`| ${way} | ${f(p.medianUs, 1)} | ${f(p.minUs, 1)}–${f(p.maxUs, 1)} |`)
+  }
   lines.push('', `Start-up to the first proxied 200, excluding the grant: ${f(r.startup.medianMs)} ms (median of ${r.startup.runs.length}); RSS one second after it: ${f(r.startup.rssAfter1sMb)} MB${r.startup.idleRssMb != null ? `; idle, ${r.settings.SETTLE_SECONDS} s after it (first start): ${f(r.startup.idleRssMb)} MB` : ''}.${r.previousStartup ? ` The previous build, started in turns with it: ${f(r.previousStartup.medianMs)} ms, ${f(r.previousStartup.rssAfter1sMb)} MB one second after.` : ''}`, '')
   return lines.join('\n')
 }

@@ -1,85 +1,24 @@
-import { createSign, createVerify, generateKeyPairSync, randomBytes, randomUUID, type KeyObject } from 'node:crypto'
+import { createSign, createVerify, randomBytes, randomUUID } from 'node:crypto'
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { createServer as createTlsServer } from 'node:https'
 import type { AddressInfo } from 'node:net'
+import { DpopVerifier } from './dpop-proof.js'
+import { clientAuthOf, json, KC, kcError, readForm, signingKey, writeFault, type Fault, type GrantRecord, type LogoutRecord, type TokenServerOptions } from './token-server-parts.js'
+
+export type { Fault, GrantRecord, LogoutRecord, TokenServerOptions } from './token-server-parts.js'
+
+interface Session { id: string, client: string, user: string, active: boolean, started: number }
+interface RefreshState { session: Session, expiresAt: number | undefined, used: boolean, jkt: string | undefined }
 
 /**
  * A development token server that answers the way Keycloak does: the same
  * token path, the same success fields, the same error bodies and statuses,
  * refresh-token rotation, offline tokens (`refresh_expires_in: 0`) and SSO
- * session limits. `npm run demo` runs on it; the tests drive it and inject
- * faults. Client assertions are accepted unverified (the tests check them).
+ * session limits, DPoP-bound tokens (with nonces, if asked). `npm run demo`
+ * runs on it; the tests drive it and inject faults. Client assertions are
+ * accepted unverified (the tests check them).
  * Never a production component.
  */
-
-export interface TokenServerOptions {
-  realm?: string
-  /** client id → secret (undefined: a public client) */
-  clients?: Record<string, string | undefined>
-  /** user name → password */
-  users?: Record<string, string>
-  /** access token lifetime, seconds */
-  accessTokenSeconds?: number
-  /** refresh token lifetime, seconds (Keycloak's SSO Session Idle) */
-  refreshTokenSeconds?: number
-  /** longest life of an SSO session, seconds (Keycloak's SSO Session Max); 0 for none */
-  sessionMaxSeconds?: number
-  /** a refresh token works once (Keycloak's "Revoke Refresh Token") */
-  rotation?: boolean
-  /** path of the token endpoint; Keycloak's (with the /auth prefix) by default */
-  tokenPath?: string
-  /** confidential clients may use client_credentials ("Service accounts roles" on); true by default */
-  serviceAccounts?: boolean
-  /** the URL clients reach it at, for `iss` and discovery (a compose service name, say); its listening address by default */
-  publicUrl?: string
-  /** client_credentials answers carry a refresh token (Keycloak's "Use refresh tokens for client credentials grant"); false by default */
-  clientCredentialsRefresh?: boolean
-  /** serve HTTPS with this key and certificate (PEM) */
-  tls?: { key: string, cert: string }
-}
-
-export interface GrantRecord {
-  grantType: string
-  /** the form as sent; a repeated name (RFC 8707 resource) keeps its last value here, all of them in `params` */
-  form: Record<string, string>
-  params: Array<[string, string]>
-  /** how the client authenticated: form fields, an Authorization header (client_secret_basic), or not at all */
-  clientAuth: 'post' | 'basic' | 'jwt' | 'none'
-  at: number
-  status: number
-}
-
-/** A call to the end-session or revocation endpoint. */
-export interface LogoutRecord {
-  endpoint: 'logout' | 'revoke'
-  form: Record<string, string>
-  clientAuth: 'post' | 'basic' | 'jwt' | 'none'
-  status: number
-}
-
-/** What the next token request (or discovery, end-session or revocation request) gets instead of a normal answer. */
-export type Fault =
-  | { status: number, body: string, contentType?: string, headers?: Record<string, string> }
-  | { hang: true }
-  | { reset: true }
-  | { delayMs: number }
-
-interface Session { id: string, user: string, active: boolean, started: number }
-interface RefreshState { session: Session, expiresAt: number | undefined, used: boolean }
-
-/** Keycloak 26.7's answers, as the real server gives them (test/keycloak/ runs against it). */
-const KC = {
-  badUser: { status: 400, error: 'invalid_grant', description: 'Invalid user credentials' },
-  unknownClient: { status: 401, error: 'invalid_client', description: 'Invalid client or Invalid client credentials' },
-  badClientSecret: { status: 401, error: 'unauthorized_client', description: 'Invalid client or Invalid client credentials' },
-  notActive: { status: 400, error: 'invalid_grant', description: 'Token is not active' },
-  sessionGone: { status: 400, error: 'invalid_grant', description: 'Session not active' },
-  stale: { status: 400, error: 'invalid_grant', description: 'Maximum allowed refresh token reuse exceeded' },
-  publicServiceAccount: { status: 401, error: 'unauthorized_client', description: 'Public client not allowed to retrieve service account' },
-  noServiceAccount: { status: 401, error: 'unauthorized_client', description: 'Client not enabled to retrieve service account' },
-  badRefresh: { status: 400, error: 'invalid_grant', description: 'Invalid refresh token' }
-}
-
 export class TokenServer {
   readonly server: Server
   readonly realm: string
@@ -98,6 +37,9 @@ export class TokenServer {
   rotation: boolean
   readonly clients: Record<string, string | undefined>
   readonly users: Record<string, string>
+  /** DPoP: whether a proof is required, and the proofs' checker (its nonce, when nonces are on) */
+  dpopRequired: boolean
+  readonly dpop: DpopVerifier
   /** most token requests ever seen in flight at once */
   maxConcurrent = 0
   #concurrent = 0
@@ -120,6 +62,8 @@ export class TokenServer {
     this.publicUrl = options.publicUrl?.replace(/\/+$/, '')
     this.serviceAccounts = options.serviceAccounts ?? true
     this.clientCredentialsRefresh = options.clientCredentialsRefresh ?? false
+    this.dpopRequired = options.dpop?.required ?? false
+    this.dpop = new DpopVerifier({ nonce: options.dpop?.nonce ?? false })
     this.#scheme = options.tls === undefined ? 'http' : 'https'
     this.server = options.tls === undefined
       ? createServer((req, res) => this.#handle(req, res))
@@ -172,19 +116,25 @@ export class TokenServer {
     this.#revoked.add(accessToken)
   }
 
-  /** Checks an `Authorization` header: who it names, or why it is refused. */
-  verify (header: string | undefined): { ok: true, user: string, expiresIn: number } | { ok: false, reason: string } {
-    if (header === undefined || !header.startsWith('Bearer ')) return { ok: false, reason: 'no bearer token' }
-    const token = header.slice(7)
+  /**
+   * Checks an `Authorization` header: who it names (and the key a DPoP-bound
+   * token is bound to), or why it is refused. A bound token is refused as a
+   * bearer token; its proof is the resource server's to check.
+   */
+  verify (header: string | undefined): { ok: true, user: string, expiresIn: number, jkt?: string } | { ok: false, reason: string } {
+    const scheme = /^(Bearer|DPoP) /i.exec(header ?? '')?.[1]?.toLowerCase()
+    if (header === undefined || scheme === undefined) return { ok: false, reason: 'no bearer token' }
+    const token = header.slice(scheme.length + 1)
     const [h, p, sig] = token.split('.')
     if (h === undefined || p === undefined || sig === undefined) return { ok: false, reason: 'malformed token' }
     const valid = createVerify('RSA-SHA256').update(`${h}.${p}`).verify(this.#key.publicKey, Buffer.from(sig, 'base64url'))
     if (!valid) return { ok: false, reason: 'bad signature' }
     if (this.#revoked.has(token)) return { ok: false, reason: 'revoked' }
-    const claims = JSON.parse(Buffer.from(p, 'base64url').toString()) as { exp: number, preferred_username: string }
+    const claims = JSON.parse(Buffer.from(p, 'base64url').toString()) as { exp: number, preferred_username: string, cnf?: { jkt: string } }
     const now = Date.now() / 1000
     if (claims.exp <= now) return { ok: false, reason: 'expired' }
-    return { ok: true, user: claims.preferred_username, expiresIn: claims.exp - now }
+    if ((claims.cnf !== undefined) !== (scheme === 'dpop')) return { ok: false, reason: claims.cnf === undefined ? 'a bearer token sent as DPoP' : 'a DPoP-bound token sent as bearer' }
+    return { ok: true, user: claims.preferred_username, expiresIn: claims.exp - now, ...(claims.cnf !== undefined && { jkt: claims.cnf.jkt }) }
   }
 
   #handle (req: IncomingMessage, res: ServerResponse): void {
@@ -222,13 +172,15 @@ export class TokenServer {
           this.logouts.push({ endpoint, form, clientAuth: clientAuthOf(form, req.headers.authorization), status: fault.status })
           return writeFault(res, fault)
         }
-        const { status, body } = endpoint === 'logout' ? this.#logout(form, req.headers.authorization) : this.#revoke(form, req.headers.authorization)
-        this.logouts.push({ endpoint, form, clientAuth: clientAuthOf(form, req.headers.authorization), status })
-        if (body === undefined) {
-          res.writeHead(status)
-          return void res.end()
-        }
-        json(res, status, body)
+        this.#proven(req, req.url ?? '').then((proof) => {
+          const { status, body } = !('jkt' in proof) ? proof : endpoint === 'logout' ? this.#logout(form, req.headers.authorization) : this.#revoke(form, req.headers.authorization)
+          this.logouts.push({ endpoint, form, clientAuth: clientAuthOf(form, req.headers.authorization), status, ...('jkt' in proof && proof.jkt !== undefined && { jkt: proof.jkt }) })
+          if (body === undefined) {
+            res.writeHead(status)
+            return void res.end()
+          }
+          json(res, status, body)
+        }, (err: unknown) => { res.destroy(err as Error) })
       })
       return
     }
@@ -242,14 +194,17 @@ export class TokenServer {
       const form = Object.fromEntries(params)
       const authorization = req.headers.authorization
       const fault = this.faults.shift()
-      const record = (status: number): void => {
-        this.grants.push({ grantType: form.grant_type ?? '', form, params, clientAuth: clientAuthOf(form, authorization), at: Date.now(), status })
+      const record = (status: number, jkt?: string): void => {
+        this.grants.push({ grantType: form.grant_type ?? '', form, params, clientAuth: clientAuthOf(form, authorization), at: Date.now(), status, ...(jkt !== undefined && { jkt }) })
       }
-      if (fault === undefined) {
-        const { status, body } = this.#grant(form, authorization)
-        record(status)
-        return json(res, status, body)
+      const answer = (): void => {
+        this.#proven(req, this.tokenPath).then((proof) => {
+          const { status, body } = 'jkt' in proof ? this.#grant(form, authorization, proof.jkt) : proof
+          record(status, 'jkt' in proof ? proof.jkt : undefined)
+          if (!res.destroyed) json(res, status, body, this.dpop.nonce === undefined ? {} : { 'dpop-nonce': this.dpop.nonce })
+        }, (err: unknown) => { res.destroy(err as Error) })
       }
+      if (fault === undefined) return answer()
       if ('hang' in fault) {
         record(0)
         this.#hanging.add(res)
@@ -261,16 +216,24 @@ export class TokenServer {
         return
       }
       if ('delayMs' in fault) {
-        setTimeout(() => {
-          const { status, body } = this.#grant(form, authorization)
-          record(status)
-          if (!res.destroyed) json(res, status, body)
-        }, fault.delayMs)
+        setTimeout(answer, fault.delayMs)
         return
       }
       record(fault.status)
       writeFault(res, fault)
     })
+  }
+
+  /**
+   * The key a request's DPoP proof names (undefined: no proof, and none
+   * required), or the refusal, as Keycloak words it.
+   */
+  async #proven (req: IncomingMessage, path: string): Promise<{ jkt: string | undefined } | { status: number, body: object }> {
+    if (req.headers.dpop === undefined) return this.dpopRequired ? kcError(KC.noProof) : { jkt: undefined }
+    const verdict = await this.dpop.verify(req.headers.dpop, { method: req.method ?? '', url: (this.publicUrl ?? this.url) + path })
+    if (verdict.ok) return { jkt: verdict.jkt }
+    // Keycloak names every other fault of a proof invalid_request
+    return { status: 400, body: { error: verdict.error === 'use_dpop_nonce' ? verdict.error : 'invalid_request', error_description: verdict.description } }
   }
 
   /** The client a request authenticates as (form fields or client_secret_basic), or Keycloak's refusal. */
@@ -297,7 +260,7 @@ export class TokenServer {
     return { clientId }
   }
 
-  #grant (form: Record<string, string>, authorization?: string): { status: number, body: object } {
+  #grant (form: Record<string, string>, authorization: string | undefined, jkt: string | undefined): { status: number, body: object } {
     const client = this.#client(form, authorization)
     if (!('clientId' in client)) return client
     const { clientId } = client
@@ -305,18 +268,18 @@ export class TokenServer {
     if (form.grant_type === 'client_credentials') {
       if (this.clients[clientId] === undefined) return kcError(KC.publicServiceAccount)
       if (!this.serviceAccounts) return kcError(KC.noServiceAccount)
-      const session: Session = { id: randomUUID(), user: `service-account-${clientId}`, active: true, started: Date.now() }
-      if (!this.clientCredentialsRefresh) return this.#issue(session, form.scope, false)
+      const session: Session = { id: randomUUID(), client: clientId, user: `service-account-${clientId}`, active: true, started: Date.now() }
+      if (!this.clientCredentialsRefresh) return this.#issue(session, form.scope, jkt, false)
       this.#sessions.set(session.id, session)
-      return this.#issue(session, form.scope)
+      return this.#issue(session, form.scope, jkt)
     }
 
     if (form.grant_type === 'password') {
       const user = form.username ?? ''
       if (!(user in this.users) || this.users[user] !== form.password) return kcError(KC.badUser)
-      const session: Session = { id: randomUUID(), user, active: true, started: Date.now() }
+      const session: Session = { id: randomUUID(), client: clientId, user, active: true, started: Date.now() }
       this.#sessions.set(session.id, session)
-      return this.#issue(session, form.scope)
+      return this.#issue(session, form.scope, jkt)
     }
     if (form.grant_type === 'refresh_token') {
       const state = this.#refresh.get(form.refresh_token ?? '')
@@ -327,8 +290,11 @@ export class TokenServer {
         state.session.active = false // reuse of a rotated token ends the session, as in Keycloak
         return kcError(KC.stale)
       }
+      // a public client's refresh token is bound to its key (a confidential
+      // client's is not): refreshed with a proof of that key only
+      if (state.jkt !== undefined && state.jkt !== jkt) return jkt === undefined ? kcError(KC.noProof) : kcError(KC.otherKey)
       state.used = true
-      return this.#issue(state.session, form.scope)
+      return this.#issue(state.session, form.scope, jkt)
     }
     if (form.grant_type === undefined) {
       return { status: 400, body: { error: 'invalid_request', error_description: 'Missing form parameter: grant_type' } }
@@ -361,7 +327,7 @@ export class TokenServer {
     return this.sessionMaxSeconds === 0 ? Infinity : session.started + this.sessionMaxSeconds * 1000 - Date.now()
   }
 
-  #issue (session: Session, scope: string | undefined, withRefresh = true): { status: number, body: object } {
+  #issue (session: Session, scope: string | undefined, jkt: string | undefined, withRefresh = true): { status: number, body: object } {
     const now = Math.floor(Date.now() / 1000)
     const offline = (scope ?? '').split(' ').includes('offline_access')
     const claims = {
@@ -375,7 +341,8 @@ export class TokenServer {
       typ: 'Bearer',
       azp: 'legacy-app',
       sid: session.id,
-      preferred_username: session.user
+      preferred_username: session.user,
+      ...(jkt !== undefined && { cnf: { jkt } })
     }
     const head = Buffer.from(JSON.stringify({ alg: 'RS256', typ: 'JWT', kid: this.#key.kid })).toString('base64url')
     const payload = Buffer.from(JSON.stringify(claims)).toString('base64url')
@@ -384,7 +351,7 @@ export class TokenServer {
       // Keycloak's client_credentials answer: no refresh token, no session
       return {
         status: 200,
-        body: { access_token: `${head}.${payload}.${sig}`, expires_in: this.accessTokenSeconds, refresh_expires_in: 0, token_type: 'Bearer', 'not-before-policy': 0, scope: scope ?? 'profile email' }
+        body: { access_token: `${head}.${payload}.${sig}`, expires_in: this.accessTokenSeconds, refresh_expires_in: 0, token_type: jkt === undefined ? 'Bearer' : 'DPoP', 'not-before-policy': 0, scope: scope ?? 'profile email' }
       }
     }
     const refreshToken = randomBytes(24).toString('base64url')
@@ -395,7 +362,8 @@ export class TokenServer {
     this.#refresh.set(refreshToken, {
       session,
       expiresAt: refreshSeconds === 0 ? undefined : Date.now() + refreshSeconds * 1000,
-      used: false
+      used: false,
+      jkt: this.clients[session.client] === undefined ? jkt : undefined
     })
     return {
       status: 200,
@@ -404,50 +372,11 @@ export class TokenServer {
         expires_in: this.accessTokenSeconds,
         refresh_expires_in: refreshSeconds,
         refresh_token: refreshToken,
-        token_type: 'Bearer',
+        token_type: jkt === undefined ? 'Bearer' : 'DPoP',
         'not-before-policy': 0,
         session_state: session.id,
         scope: scope ?? 'profile email'
       }
     }
   }
-}
-
-interface SigningKey { privateKey: KeyObject, publicKey: KeyObject, jwk: object, kid: string }
-let sharedKey: SigningKey | undefined
-
-/** One RS256 key per process: generating one per server would slow the tests. */
-function signingKey (): SigningKey {
-  if (sharedKey === undefined) {
-    const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048 })
-    sharedKey = { privateKey, publicKey, jwk: publicKey.export({ format: 'jwk' }), kid: randomBytes(8).toString('hex') }
-  }
-  return sharedKey
-}
-
-/** A request's urlencoded form, in order, once it has all arrived. */
-function readForm (req: IncomingMessage, then: (params: Array<[string, string]>) => void): void {
-  const chunks: Buffer[] = []
-  req.on('data', (c: Buffer) => chunks.push(c))
-  req.on('end', () => then([...new URLSearchParams(Buffer.concat(chunks).toString())]))
-}
-
-/** A scripted answer in place of the real one. */
-function writeFault (res: ServerResponse, fault: { status: number, body: string, contentType?: string, headers?: Record<string, string> }): void {
-  res.writeHead(fault.status, { 'content-type': fault.contentType ?? 'application/json', ...fault.headers })
-  res.end(fault.body)
-}
-
-function clientAuthOf (form: Record<string, string>, authorization: string | undefined): 'post' | 'basic' | 'jwt' | 'none' {
-  return authorization !== undefined ? 'basic' : form.client_assertion !== undefined ? 'jwt' : form.client_secret !== undefined ? 'post' : 'none'
-}
-
-function kcError (e: { status: number, error: string, description: string }): { status: number, body: object } {
-  return { status: e.status, body: { error: e.error, error_description: e.description } }
-}
-
-function json (res: ServerResponse, status: number, body: object): void {
-  const text = JSON.stringify(body)
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) })
-  res.end(text)
 }

@@ -14,6 +14,7 @@ import { AuthServer } from './token/auth-server.js'
 import { BasicAuthorization } from './token/basic.js'
 import { ClientAuthenticator } from './token/client-auth.js'
 import { systemClock, type Clock } from './token/clock.js'
+import { DpopKey } from './token/dpop.js'
 import type { GetJson, PostForm } from './token/grant.js'
 import { createGetJson, createPostForm } from './token/http.js'
 import { TokenManager } from './token/manager.js'
@@ -86,7 +87,6 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     headersTimeout: config.upstream.timeoutMs,
     bodyTimeout: config.upstream.idleTimeoutMs
   })
-  const upstreamDispatcher = new UpstreamDispatcher(upstreamPool, config.upstream.timeoutMs)
   let tokenDispatcher: Dispatcher | undefined
 
   const secrets = new SecretScrubber()
@@ -100,6 +100,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
 
   let tokens: AuthorizationSource
   let metrics: Metrics
+  const dpopMode = config.auth.mode === 'oauth2' && config.auth.dpop !== undefined
   if (config.auth.mode === 'oauth2') {
     let { post, get } = deps
     if (post === undefined || get === undefined) {
@@ -107,7 +108,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       post ??= createPostForm(tokenDispatcher)
       get ??= createGetJson(tokenDispatcher)
     }
-    const { tokenUrl, issuerUrl, alternateTokenUrl, grantType, clientAuth, clientId, clientKeyAlg, clientKeyId, scope, params } = config.auth
+    const { tokenUrl, issuerUrl, alternateTokenUrl, grantType, clientAuth, clientId, clientKeyAlg, clientKeyId, scope, params, dpop } = config.auth
     const clock = deps.clock ?? systemClock
     const server = new AuthServer({
       ...(tokenUrl !== undefined && { tokenUrl }),
@@ -125,6 +126,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       post,
       get,
       timeoutMs: config.token.timeoutMs,
+      ...(dpop !== undefined && { dpop: await DpopKey.generate(dpop) }),
       clock,
       log: logger.child({ component: 'token' }),
       secrets,
@@ -145,7 +147,10 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   } else {
     tokens = new BasicAuthorization(credentials)
   }
-  metrics = createMetrics(() => tokens.expiresInSeconds(), () => tokens.ready())
+  metrics = createMetrics(() => tokens.expiresInSeconds(), () => tokens.ready(), dpopMode)
+  const origin = config.upstream.origin
+  const upstreamDispatcher = new UpstreamDispatcher(upstreamPool, config.upstream.timeoutMs,
+    dpopMode ? (authorization, method, path) => tokens.proof(authorization, method, origin + path) : undefined)
 
   const proxyLog = logger.child({ component: 'proxy' })
   // An access line has fixed fields, none secret; pino's redaction paths
@@ -166,7 +171,8 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       if (config.accessLog) accessLogger.info(line, 'request')
       metrics.request(line.status, line.durationMs / 1000)
     },
-    onUpstreamError: (reason) => metrics.upstreamError(reason)
+    onUpstreamError: (reason) => metrics.upstreamError(reason),
+    onDpopRefused: (reason) => metrics.dpopRefused(reason)
   })
   if (logger.isLevelEnabled('debug')) logConnections(upstreamPool, proxyLog)
 

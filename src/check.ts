@@ -4,6 +4,7 @@ import { buildApp, type App } from './app.js'
 import { ConfigError, loadConfig, type Config } from './config/load.js'
 import { errorBody, ERRORS, type ErrorCode } from './errors.js'
 import { createLogger } from './logger.js'
+import { dpopRefusalOf } from './proxy/dpop-challenge.js'
 import { wellKnownUrl } from './token/discovery.js'
 import { GrantError, type TokenSet } from './token/grant.js'
 import { TokenManager } from './token/manager.js'
@@ -121,7 +122,7 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say, logge
     }
     try {
       const { grant, tokenUrl, set } = await tokens.grantOnce()
-      say('ok', 'grant', `${grant} grant at ${tokenUrl} (${await clientMode(tokens, config)}): ${lifetimes(set)}; ${claims(set.accessToken)}`)
+      say('ok', 'grant', `${grant} grant at ${tokenUrl} (${await clientMode(tokens, config)}): ${lifetimes(set)}; ${claims(set.accessToken)}${binding(tokens, set)}`)
     } catch (err) {
       say('FAIL', 'grant', `${(err as Error).message}${advice(err, config, 'auth')}`)
       return CHECK_EXIT.grant
@@ -155,6 +156,17 @@ async function upstreamStep (app: App, config: Config, args: CheckArgs, say: Say
   const ms = Math.round(performance.now() - started)
   // the sidecar's own answer, told apart from the upstream's by its exact body
   const own = (Object.keys(ERRORS) as ErrorCode[]).find((code) => res.body === errorBody(code))
+  const dpop = config.auth.mode === 'oauth2' && config.auth.dpop !== undefined
+  if (own === undefined && res.statusCode === 401 && dpop) {
+    const challenge = String(res.headers['www-authenticate'] ?? '')
+    const refusal = dpopRefusalOf(challenge)
+    say('FAIL', 'upstream', refusal !== undefined
+      ? `${args.method} ${target} answered 401: the upstream refuses the DPoP proof (${refusal}${refusal === 'use_dpop_nonce' ? ', even with the nonce it asked for' : ''}); its clock, or the URL it believes it serves (a proxy in between rewriting the path or host), may differ from the sidecar's`
+      : /^\s*dpop\b|,\s*dpop\b/i.test(challenge)
+        ? `${args.method} ${target} answered 401: the upstream refuses the DPoP-bound token. Check what it expects (audience, realm, roles)`
+        : `${args.method} ${target} answered 401 without a DPoP challenge: the upstream may not take DPoP-bound tokens; set AUTH_DPOP=false if it takes only bearer tokens`)
+    return CHECK_EXIT.upstream
+  }
   if (own === undefined && (res.statusCode === 401 || res.statusCode === 403)) {
     say('FAIL', 'upstream', `${args.method} ${target} answered ${res.statusCode}: the upstream refuses the token. Check what it expects (audience, realm, roles): AUTH_SCOPE, AUTH_TOKEN_PARAMS (audience=...), or the client's mappers`)
     return CHECK_EXIT.upstream
@@ -173,7 +185,7 @@ async function upstreamStep (app: App, config: Config, args: CheckArgs, say: Say
     say('FAIL', 'upstream', `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, but failing`)
     return CHECK_EXIT.upstream
   }
-  say('ok', 'upstream', `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, token accepted`)
+  say('ok', 'upstream', `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, ${dpop ? 'DPoP-bound token and proof accepted' : 'token accepted'}`)
   return CHECK_EXIT.ok
 }
 
@@ -184,13 +196,24 @@ async function clientMode (tokens: TokenManager, config: Config): Promise<string
   return key === undefined ? mode : `${mode}, key kid ${key.kid} (${key.alg})`
 }
 
+/** In DPoP mode: the token's type and the key it is bound to (`cnf.jkt`, when the token is a JWT that says). */
+function binding (tokens: TokenManager, set: TokenSet): string {
+  const key = tokens.dpopKey
+  if (key === undefined) return ''
+  const jkt = payloadOf(set.accessToken)?.cnf
+  const named = typeof jkt === 'object' && jkt !== null ? (jkt as { jkt?: unknown }).jkt : undefined
+  const bound = named === undefined ? '' : named === key.thumbprint ? ', its cnf.jkt names it' : ', but its cnf.jkt names another key'
+  return `; token_type ${set.tokenType}, bound to the sidecar's ${key.alg} key ${key.thumbprint}${bound}`
+}
+
 function describeConfig (config: Config): string {
   const upstream = config.upstream.origin + config.upstream.basePath
   if (config.auth.mode === 'basic') return `basic mode, upstream ${upstream}`
   const a = config.auth
   const endpoint = a.tokenUrl !== undefined ? `token URL ${a.tokenUrl}` : `issuer ${a.issuerUrl ?? ''}`
   const params = a.params.length === 0 ? '' : `, extra parameters ${a.params.map(([n]) => n).join(', ')}`
-  return `oauth2, ${a.grantType} grant as client ${a.clientId} (${a.clientAuth}), ${endpoint}${params}, upstream ${upstream}`
+  const dpop = a.dpop === undefined ? '' : `, DPoP-bound tokens (${a.dpop} key)`
+  return `oauth2, ${a.grantType} grant as client ${a.clientId} (${a.clientAuth})${dpop}, ${endpoint}${params}, upstream ${upstream}`
 }
 
 function lifetimes (set: TokenSet): string {
@@ -202,20 +225,24 @@ function lifetimes (set: TokenSet): string {
 
 /** What an operator checks in a token (issuer, audience, scope, expiry), read from a JWT's payload; never the token. */
 function claims (token: string): string {
-  const parts = token.split('.')
-  let payload: Record<string, unknown> | undefined
-  if (parts.length === 3) {
-    try {
-      const parsed = JSON.parse(Buffer.from(parts[1]!, 'base64url').toString('utf8')) as unknown
-      if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) payload = parsed as Record<string, unknown>
-    } catch {}
-  }
+  const payload = payloadOf(token)
   if (payload === undefined) return 'the access token is opaque (not a JWT): its claims are not shown'
   const text = (v: unknown): string => Array.isArray(v) ? v.filter((x) => typeof x === 'string').join(', ') : typeof v === 'string' ? v : 'none'
   const exp = typeof payload.exp === 'number' && Number.isFinite(payload.exp) && Math.abs(payload.exp) < 1e11
     ? new Date(payload.exp * 1000).toISOString()
     : 'none'
   return `issuer ${text(payload.iss)}, audience ${text(payload.aud)}, scope "${text(payload.scope)}", expires ${exp}`
+}
+
+/** A JWT's payload, unverified (for what `check` shows), or undefined for an opaque token. */
+function payloadOf (token: string): Record<string, unknown> | undefined {
+  const parts = token.split('.')
+  if (parts.length !== 3) return undefined
+  try {
+    const parsed = JSON.parse(Buffer.from(parts[1]!, 'base64url').toString('utf8')) as unknown
+    if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) return parsed as Record<string, unknown>
+  } catch {}
+  return undefined
 }
 
 const TLS_CODES = /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER|ERR_TLS|ERR_SSL|EPROTO/

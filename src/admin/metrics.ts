@@ -1,4 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { DPOP_REFUSALS, type DpopRefusal } from '../proxy/dpop-challenge.js'
 import type { UpstreamErrorReason } from '../proxy/forward.js'
 import type { GrantType } from '../token/grant.js'
 import type { GrantOutcome, LogoutOutcome } from '../token/source.js'
@@ -10,6 +11,7 @@ export interface Metrics {
   request(status: number, seconds: number): void
   upstreamError(reason: UpstreamErrorReason): void
   logout(outcome: LogoutOutcome): void
+  dpopRefused(reason: DpopRefusal): void
 }
 
 const PREFIX = 'auth_sidecar_'
@@ -25,7 +27,7 @@ const UPSTREAM_ERROR_REASONS: readonly UpstreamErrorReason[] = ['unreachable', '
  * every failure series exists at 0 from the first scrape, so that an alert on
  * it has data before the first failure.
  */
-export function createMetrics (expiresInSeconds: () => number, ready: () => boolean): Metrics {
+export function createMetrics (expiresInSeconds: () => number, ready: () => boolean, dpop = false): Metrics {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
 
@@ -50,6 +52,13 @@ export function createMetrics (expiresInSeconds: () => number, ready: () => bool
     registers: [registry]
   })
   for (const outcome of LOGOUT_OUTCOMES) logouts.inc({ outcome }, 0)
+  const dpopRefusals = new Counter({
+    name: `${PREFIX}dpop_proofs_refused_total`,
+    help: 'DPoP proofs the upstream refused (a 401 with a DPoP error), by reason: use_dpop_nonce (it wants a nonce; the request is sent once more with it when it has no body), invalid_dpop_proof.',
+    labelNames: ['reason'] as const,
+    registers: [registry]
+  })
+  if (dpop) for (const reason of DPOP_REFUSALS) dpopRefusals.inc({ reason }, 0)
   new Gauge({
     name: `${PREFIX}build_info`,
     help: 'Always 1; the version in its label.',
@@ -81,6 +90,7 @@ export function createMetrics (expiresInSeconds: () => number, ready: () => bool
     grant: (grant, outcome) => grants.inc({ grant_type: grant, outcome }),
     request: (status, seconds) => requests.observe({ status }, seconds),
     upstreamError: (reason) => upstreamErrors.inc({ reason }),
-    logout: (outcome) => logouts.inc({ outcome })
+    logout: (outcome) => logouts.inc({ outcome }),
+    dpopRefused: (reason) => dpopRefusals.inc({ reason })
   }
 }

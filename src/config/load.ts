@@ -3,10 +3,10 @@ import { resolve } from 'node:path'
 import { clientAuthSettings } from './client-auth.js'
 import { unknownVariableWarnings } from './names.js'
 import { envJsonSchema, properties, type VariableName } from './schema.js'
-import type { ClientAuth, Config, LogLevel, PrimaryGrant } from './types.js'
+import type { ClientAuth, Config, DpopAlgorithm, LogLevel, PrimaryGrant } from './types.js'
 import { credentialSource, egressProxy, parseHttpUrl, plainWords, readDotenv, tokenParams, type Raw, type SchemaError } from './values.js'
 
-export type { ClientAuth, Config, CredentialSource, LogLevel, OAuth2Settings, PrimaryGrant } from './types.js'
+export type { ClientAuth, Config, CredentialSource, DpopAlgorithm, LogLevel, OAuth2Settings, PrimaryGrant } from './types.js'
 export { RESERVED_PARAMS, readSecretFile } from './values.js'
 
 /** Every problem with the configuration, reported together. */
@@ -137,9 +137,13 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
       clientId: clientId ?? '',
       ...(scope !== undefined && { scope }),
       params: tokenParams(str('AUTH_TOKEN_PARAMS'), problems),
-      logoutOnShutdown: raw.AUTH_LOGOUT_ON_SHUTDOWN !== false
+      logoutOnShutdown: raw.AUTH_LOGOUT_ON_SHUTDOWN !== false,
+      ...(raw.AUTH_DPOP === true && { dpop: (str('AUTH_DPOP_ALG') ?? 'ES256') as DpopAlgorithm })
     }
+  } else if (raw.AUTH_DPOP === true) {
+    warnings.push('AUTH_DPOP is not used in basic mode: there is no token to bind')
   }
+  if (data.AUTH_DPOP_ALG !== undefined && raw.AUTH_DPOP !== true) warnings.push('AUTH_DPOP_ALG is used only with AUTH_DPOP=true')
 
   if (num('TOKEN_RETRY_MAX_MS') < num('TOKEN_RETRY_MIN_MS')) {
     problems.push('TOKEN_RETRY_MAX_MS must be >= TOKEN_RETRY_MIN_MS')

@@ -11,6 +11,8 @@ export const DEFAULT_AUTH_REALM = 'service-realm'
 export const DEFAULT_AUTH_GRANT_TYPE = 'password'
 export const DEFAULT_AUTH_CLIENT_AUTH = 'client_secret_post'
 export const DEFAULT_AUTH_LOGOUT_ON_SHUTDOWN = true
+export const DEFAULT_AUTH_DPOP = false
+export const DEFAULT_AUTH_DPOP_ALG = 'ES256'
 export const DEFAULT_PROXY_HOST = '127.0.0.1'
 export const DEFAULT_PROXY_PORT = 8080
 export const DEFAULT_PROXY_MAX_REQUESTS = 1024
@@ -29,6 +31,9 @@ export const DEFAULT_TOKEN_RETRY_MIN_MS = 1_000
 export const DEFAULT_TOKEN_RETRY_MAX_MS = 30_000
 export const DEFAULT_TOKEN_REJECTED_RETRY_MS = 60_000
 export const DEFAULT_SHUTDOWN_GRACE_MS = 10_000
+
+/** The DPoP key's algorithms (AUTH_DPOP_ALG). */
+export const DPOP_ALGORITHMS = ['ES256', 'EdDSA', 'RS256', 'PS256'] as const
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 
@@ -75,6 +80,8 @@ export const properties = {
   AUTH_PASSWORD_FILE: text('file holding the password (re-read when it changes)'),
   AUTH_SCOPE: text('scope sent with every grant, e.g. "openid offline_access"'),
   AUTH_TOKEN_PARAMS: text('extra form parameters for every grant, name=value&name=value percent-encoded (audience, resource...); the sidecar\'s own cannot be overridden'),
+  AUTH_DPOP: { type: 'boolean', description: 'DPoP-bound tokens (RFC 9449): every token request and every proxied request carries a proof signed with a key made at start, in memory only; the client must have "Require DPoP bound tokens" on', default: DEFAULT_AUTH_DPOP },
+  AUTH_DPOP_ALG: text('the DPoP key\'s algorithm: ES256 (the default: as cheap to sign as EdDSA, and the most widely accepted), EdDSA, RS256 or PS256', { enum: DPOP_ALGORITHMS, default: DEFAULT_AUTH_DPOP_ALG }),
   AUTH_LOGOUT_ON_SHUTDOWN: { type: 'boolean', description: 'on SIGTERM, after the drain, end the auth server session (end-session endpoint, or RFC 7009 revocation), best effort within TOKEN_TIMEOUT_MS and SHUTDOWN_GRACE_MS', default: DEFAULT_AUTH_LOGOUT_ON_SHUTDOWN },
   PROXY_HOST: text('address the proxy listens on; loopback so only the pod\'s containers can use it', { default: DEFAULT_PROXY_HOST }),
   PROXY_PORT: port('proxy port', DEFAULT_PROXY_PORT),

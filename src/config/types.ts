@@ -1,5 +1,5 @@
 import type { KeyAlgorithm } from './client-key.js'
-import type { VariableName } from './schema.js'
+import type { DPOP_ALGORITHMS, VariableName } from './schema.js'
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
 
@@ -8,6 +8,9 @@ export type PrimaryGrant = 'password' | 'client_credentials'
 
 /** How the client authenticates to the token endpoint (AUTH_CLIENT_AUTH). */
 export type ClientAuth = 'client_secret_post' | 'client_secret_basic' | 'private_key_jwt' | 'client_secret_jwt' | 'federated_jwt'
+
+/** The DPoP key's algorithm (AUTH_DPOP_ALG). */
+export type DpopAlgorithm = typeof DPOP_ALGORITHMS[number]
 
 /** Where one credential comes from: a literal value or a file re-read on change. */
 export interface CredentialSource {
@@ -38,6 +41,8 @@ export interface OAuth2Settings {
   /** AUTH_TOKEN_PARAMS, decoded, in order (a name may repeat: RFC 8707 resource) */
   params: Array<[string, string]>
   logoutOnShutdown: boolean
+  /** AUTH_DPOP: the algorithm of the DPoP key; undefined for bearer tokens */
+  dpop?: DpopAlgorithm
 }
 
 export interface Config {

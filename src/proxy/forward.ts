@@ -4,7 +4,9 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Dispatcher } from 'undici'
 import type { Logger } from '../logger.js'
+import { dpopNonceOf } from '../token/dpop.js'
 import type { AuthorizationSource } from '../token/source.js'
+import { dpopRefusalOf, type DpopRefusal } from './dpop-challenge.js'
 import { relayedResponseHeaders, upstreamRequestHeaders, type HeaderValues } from './headers.js'
 import { sendError, sendTokenUnavailable } from './replies.js'
 import { kClientResponse } from './upstream.js'
@@ -25,6 +27,8 @@ export interface ForwardOptions {
   log: Logger
   /** the sidecar answered 502 or 504 itself, for this reason */
   onUpstreamError: (reason: UpstreamErrorReason) => void
+  /** the upstream refused a DPoP proof (a 401 with a DPoP error), for this reason */
+  onDpopRefused: (reason: DpopRefusal) => void
 }
 
 /** Idempotent methods without a body may be sent again when a pooled socket turned out dead. */
@@ -51,7 +55,8 @@ declare module 'fastify' {
  * response headers apart from UPSTREAM_IDLE_TIMEOUT_MS for a silent body;
  * errors are the sidecar's JSON, never internal detail; only a stale pooled
  * socket is retried; an upstream 401 renews the token and replays a request
- * without a body.
+ * without a body. In DPoP mode the upstream's nonces are kept for the next
+ * proofs, and a 401 that asks for one replays such a request with it.
  */
 export const forward = fp<ForwardOptions>(async function forward (app: FastifyInstance, o: ForwardOptions) {
   const upstreamHost = new URL(o.origin).host
@@ -105,7 +110,13 @@ export const forward = fp<ForwardOptions>(async function forward (app: FastifyIn
       onResponse (request, reply, res) {
         const stream = res.stream as NodeJS.ReadableStream & { destroy(): void }
         if (reply.sent) return stream.destroy() // an invalid status code was already answered 502
-        if (res.statusCode === 401) return upstreamRejected(request as FastifyRequest, reply as FastifyReply, res.stream)
+        const headers = (res as { headers?: HeaderValues }).headers ?? {}
+        const nonce = headers['dpop-nonce']
+        if (nonce !== undefined) {
+          const valid = dpopNonceOf(nonce)
+          if (valid !== undefined) o.tokens.upstreamNonce(valid)
+        }
+        if (res.statusCode === 401) return upstreamRejected(request as FastifyRequest, reply as FastifyReply, res.stream, headers)
         o.tokens.accepted()
         stream.once('error', (err: Error & { code?: string }) => {
           // the client may have left first, which destroys this stream too
@@ -119,7 +130,7 @@ export const forward = fp<ForwardOptions>(async function forward (app: FastifyIn
         reply.send(res.stream)
         // Fastify writes the headers with the first chunk of the body: an
         // event stream's client would wait for its first event to see them.
-        if (String((res as { headers?: Record<string, unknown> }).headers?.['content-type']).startsWith('text/event-stream')) (reply.raw as ServerResponse).flushHeaders()
+        if (String(headers['content-type']).startsWith('text/event-stream')) (reply.raw as ServerResponse).flushHeaders()
       },
       onError (reply, { error }) {
         const cause = (error as { cause?: { code?: string } }).cause
@@ -137,11 +148,15 @@ export const forward = fp<ForwardOptions>(async function forward (app: FastifyIn
   /**
    * Upstream 401: the token is dropped and renewed (once per rejected token,
    * in the token manager); a request without a body is sent once more with
-   * the new token, one with a body gets the 401.
+   * the new token, one with a body gets the 401. A 401 that refuses the DPoP
+   * proof, not the token, leaves the token alone: asked for a nonce, such a
+   * request is sent once more with it.
    */
-  function upstreamRejected (request: FastifyRequest, reply: FastifyReply, body: unknown): void {
-    const renewing = o.tokens.rejected(request.sidecarAuthorization)
-    if (!renewing || request.sidecarReplayed || hasBody(request.raw.headers as HeaderValues)) {
+  function upstreamRejected (request: FastifyRequest, reply: FastifyReply, body: unknown, headers: HeaderValues): void {
+    const refusal = dpopRefusalOf(headers['www-authenticate'])
+    if (refusal !== undefined) o.onDpopRefused(refusal)
+    const again = refusal === undefined ? o.tokens.rejected(request.sidecarAuthorization) : refusal === 'use_dpop_nonce'
+    if (!again || request.sidecarReplayed || hasBody(request.raw.headers as HeaderValues)) {
       reply.send(body)
       return
     }
@@ -149,6 +164,7 @@ export const forward = fp<ForwardOptions>(async function forward (app: FastifyIn
     ;(body as NodeJS.ReadableStream).resume()
     // nothing of the 401 may leak into the replay's answer
     for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name)
+    if (refusal !== undefined) return void reply.from(request.sidecarDestination, routeOptions)
     o.tokens.authorization().then((header) => {
       request.sidecarAuthorization = header
       reply.from(request.sidecarDestination, routeOptions)

@@ -11,7 +11,7 @@
  */
 const DROP_REQUEST = new Set([
   'connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect',
-  'host', 'authorization', 'proxy-authorization',
+  'host', 'authorization', 'proxy-authorization', 'dpop',
   'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'x-request-id',
   // IIS and some frameworks route by these instead of the path
   'x-original-url', 'x-rewrite-url'
@@ -50,6 +50,8 @@ const DROP_RESPONSE = new Set(['connection', 'keep-alive', 'proxy-connection', '
 /** What the sidecar adds to every forwarded request. */
 export interface ForwardingInfo {
   authorization: string
+  /** the DPoP proof, in DPoP mode (WebSocket handshakes; HTTP requests get theirs from the upstream dispatcher) */
+  dpop?: string
   /** the upstream's `host[:port]` */
   host: string
   requestId: string
@@ -171,6 +173,7 @@ function namedIn (value: string, into: Set<string> | undefined): Set<string> | u
 /** Appends the sidecar's own headers to a flat header list (in place). */
 function pushForwardingHeaders (headers: string[], client: ClientHeaders, info: ForwardingInfo): string[] {
   headers.push('host', info.host, 'authorization', info.authorization, 'x-forwarded-proto', 'http', 'x-request-id', info.requestId)
+  if (info.dpop !== undefined) headers.push('dpop', info.dpop)
   if (info.clientIp !== undefined) {
     headers.push('x-forwarded-for', client.forwardedFor === undefined ? info.clientIp : `${client.forwardedFor}, ${info.clientIp}`)
   }

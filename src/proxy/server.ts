@@ -9,6 +9,7 @@ import { accessLog, type AccessLine } from './access-log.js'
 import { admission } from './admission.js'
 import { authorize } from './authorize.js'
 import { clientErrors } from './client-errors.js'
+import type { DpopRefusal } from './dpop-challenge.js'
 import { forward, type UpstreamErrorReason } from './forward.js'
 import { guard, REFUSED_METHODS } from './guard.js'
 import { REQUEST_ID } from './headers.js'
@@ -38,6 +39,8 @@ export interface ProxyOptions {
   onResponse: (line: AccessLine) => void
   /** the sidecar answered 502 or 504 itself, for this reason */
   onUpstreamError: (reason: UpstreamErrorReason) => void
+  /** the upstream refused a DPoP proof (a 401 with a DPoP error), for this reason */
+  onDpopRefused: (reason: DpopRefusal) => void
 }
 
 export interface ProxyServer {
@@ -116,7 +119,8 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
     dispatcher: o.dispatcher,
     tokens: o.tokens,
     log: o.log,
-    onUpstreamError: o.onUpstreamError
+    onUpstreamError: o.onUpstreamError,
+    onDpopRefused: o.onDpopRefused
   })
 
   // @fastify/http-proxy's own WebSocket support completes the client's
@@ -131,7 +135,8 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
     timeoutMs: o.upstreamTimeoutMs,
     maxMessageBytes: o.websocketMaxMessageBytes,
     egress: o.egress,
-    onSession: o.onResponse
+    onSession: o.onResponse,
+    onDpopRefused: o.onDpopRefused
   })
   app.server.on('upgrade', ws.upgrade)
   app.server.on('connect', refusals.onConnect)

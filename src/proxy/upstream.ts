@@ -21,6 +21,9 @@ export class ClientGoneError extends Error {
 
 type Headers = Record<string | symbol, unknown>
 
+/** Signs a DPoP proof for a request with `authorization` going to the upstream's `path` (no query) with `method`. */
+export type Prove = (authorization: string, method: string, path: string) => string | undefined
+
 /**
  * The upstream pool as the proxy uses it. Two things undici and
  * @fastify/reply-from do not do:
@@ -28,7 +31,9 @@ type Headers = Record<string | symbol, unknown>
  * - UPSTREAM_TIMEOUT_MS counts from the moment a request is handed over,
  *   the wait for a free pooled connection included (undici's headersTimeout
  *   starts only once the request is written to a socket);
- * - a request whose client has left is not sent, or is aborted if it was.
+ * - a request whose client has left is not sent, or is aborted if it was;
+ * - in DPoP mode, each request (a retry or a replay too) gets its proof here,
+ *   where the method and URL are those that go out, after the base path.
  *
  * A request still queued when either happens fails at once and is aborted
  * when undici hands it a connection, so it never reaches the upstream.
@@ -36,15 +41,23 @@ type Headers = Record<string | symbol, unknown>
 export class UpstreamDispatcher extends Dispatcher {
   readonly #pool: Dispatcher
   readonly #timeoutMs: number
+  readonly #prove: Prove | undefined
 
-  constructor (pool: Dispatcher, timeoutMs: number) {
+  constructor (pool: Dispatcher, timeoutMs: number, prove?: Prove) {
     super()
     this.#pool = pool
     this.#timeoutMs = timeoutMs
+    this.#prove = prove
   }
 
   override dispatch (opts: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler): boolean {
-    const client = (opts.headers as Headers | undefined)?.[kClientResponse] as ServerResponse | undefined
+    const headers = opts.headers as Headers | undefined
+    const client = headers?.[kClientResponse] as ServerResponse | undefined
+    if (this.#prove !== undefined && headers !== undefined) {
+      const query = opts.path.indexOf('?')
+      const proof = this.#prove(String(headers.authorization), opts.method, query === -1 ? opts.path : opts.path.slice(0, query))
+      if (proof !== undefined) headers.dpop = proof
+    }
     return this.#pool.dispatch(opts, new UpstreamHandler(handler, this.#timeoutMs, client))
   }
 

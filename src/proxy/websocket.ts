@@ -5,9 +5,11 @@ import { WebSocket, WebSocketServer } from 'ws'
 import type { Config } from '../config/load.js'
 import { errorBody, ERRORS, TokenUnavailableError, type ErrorCode } from '../errors.js'
 import type { Logger } from '../logger.js'
+import { dpopNonceOf } from '../token/dpop.js'
 import type { AuthorizationSource } from '../token/source.js'
 import { pathOf, type AccessLine } from './access-log.js'
 import { isConfined } from './confine.js'
+import { dpopRefusalOf, type DpopRefusal } from './dpop-challenge.js'
 import { countHeader, readClientHeaders, websocketHeaders, type ClientHeaders } from './headers.js'
 import { proxyFor, tunnelThrough } from './tunnel.js'
 import { relay } from './websocket-relay.js'
@@ -25,6 +27,8 @@ export interface WebSocketProxyOptions {
   egress: Config['egress']
   /** one access-log line per session, when it ends: 101, or the status the client got */
   onSession: (line: AccessLine) => void
+  /** the upstream refused a handshake's DPoP proof (a 401 with a DPoP error), for this reason */
+  onDpopRefused: (reason: DpopRefusal) => void
 }
 
 /** RFC 7230 token characters: what a subprotocol name may be made of. */
@@ -127,27 +131,39 @@ export class WebSocketProxy {
     socket.on('data', keep)
     socket.once('end', () => { if (downstream === undefined) socket.destroy() })
 
-    this.#o.tokens.authorization().then((authorization) => {
-      if (socket.destroyed) return
-      upstream = this.#openUpstream(req, url, authorization, requestId, client)
-      upstream.once('unexpected-response', (_request, response) => {
+    // One handshake with the upstream; a second, once, when its 401 asks
+    // for a DPoP nonce (the token is not the problem then).
+    const connect = (authorization: string, replayed: boolean): void => {
+      const up = upstream = this.#openUpstream(req, url, authorization, requestId, client)
+      up.once('unexpected-response', (_request, response) => {
+        const nonce = dpopNonceOf(response.headers['dpop-nonce'])
+        if (nonce !== undefined) this.#o.tokens.upstreamNonce(nonce)
+        if (response.statusCode === 401) {
+          const refusal = dpopRefusalOf(response.headers['www-authenticate'])
+          if (refusal === undefined) this.#o.tokens.rejected(authorization)
+          else this.#o.onDpopRefused(refusal)
+          if (refusal === 'use_dpop_nonce' && !replayed && !socket.destroyed) {
+            response.destroy()
+            up.terminate()
+            return connect(authorization, true)
+          }
+        }
         // The upstream refused the upgrade: the client gets its status.
-        if (response.statusCode === 401) this.#o.tokens.rejected(authorization)
         status = response.statusCode ?? 502
         socket.end(`HTTP/1.1 ${status} ${response.statusMessage ?? ''}\r\nconnection: close\r\ncontent-length: 0\r\nx-request-id: ${requestId}\r\n\r\n`)
         response.destroy()
-        upstream!.terminate()
+        up.terminate()
       })
-      upstream.once('error', (err) => {
+      up.once('error', (err) => {
         // ws reports a failed handshake in state CLOSING: whatever the
-        // state, a client still waiting gets an answer
-        if (downstream !== undefined || socket.destroyed || socket.writableEnded) return
+        // state, a client still waiting gets an answer (from the latest
+        // handshake only)
+        if (up !== upstream || downstream !== undefined || socket.destroyed || socket.writableEnded) return
         const timedOut = /handshake has timed out/i.test(err.message)
         this.#o.log.warn({ requestId, upstreamError: (err as { code?: string }).code ?? (timedOut ? 'handshake_timeout' : err.name) }, 'websocket upstream failed')
         answer(timedOut ? 'upstream_timeout' : 'upstream_unreachable')
       })
-      upstream.once('open', () => {
-        const up = upstream!
+      up.once('open', () => {
         if (socket.destroyed) return up.terminate()
         // nothing is read from the upstream until the client can take it
         up.pause()
@@ -163,6 +179,10 @@ export class WebSocketProxy {
           if (up.readyState !== WebSocket.OPEN) ws.close(1014, 'upstream closed abnormally')
         })
       })
+    }
+
+    this.#o.tokens.authorization().then((authorization) => {
+      if (!socket.destroyed) connect(authorization, false)
     }).catch((err: unknown) => {
       if (err instanceof TokenUnavailableError) return answer('token_unavailable', err.retryAfterSeconds)
       this.#o.log.warn({ requestId, err: { type: (err as Error).name } }, 'websocket upgrade failed')
@@ -178,8 +198,11 @@ export class WebSocketProxy {
 
   #openUpstream (req: IncomingMessage, url: string, authorization: string, requestId: string, client: ClientHeaders): WebSocket {
     const protocols = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim()).filter(Boolean)
-    return new WebSocket(this.#target + url, protocols, {
-      headers: websocketHeaders(client, { authorization, host: '', requestId, clientIp: req.socket.remoteAddress }),
+    const target = new URL(this.#target + url)
+    // a handshake's proof names the URL with http or https (RFC 9449 §4.2)
+    const dpop = this.#o.tokens.proof(authorization, 'GET', `${target.protocol === 'wss:' ? 'https:' : 'http:'}//${target.host}${target.pathname}`)
+    return new WebSocket(target, protocols, {
+      headers: websocketHeaders(client, { authorization, ...(dpop !== undefined && { dpop }), host: '', requestId, clientIp: req.socket.remoteAddress }),
       perMessageDeflate: false,
       followRedirects: false,
       maxPayload: this.#o.maxMessageBytes,

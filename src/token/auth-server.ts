@@ -5,8 +5,9 @@ import type { SecretScrubber } from '../secrets.js'
 import type { Clock } from './clock.js'
 import { checkDiscovery, wellKnownUrl, type Endpoints } from './discovery.js'
 import type { ClientAuthenticator } from './client-auth.js'
+import { dpopNonceOf, htuOf, type DpopKey } from './dpop.js'
 import {
-  buildRequest, checkTokenResponse, clientCredentialsGrant, GrantError, passwordGrant, refreshGrant,
+  buildRequest, checkTokenResponse, clientCredentialsGrant, GrantError, oauthErrorOf, passwordGrant, refreshGrant,
   type Fields, type GetJson, type GrantExtras, type GrantType, type PostForm, type TokenEndpointResponse, type TokenSet
 } from './grant.js'
 import type { TokenEvents } from './source.js'
@@ -30,6 +31,8 @@ export interface AuthServerOptions extends TokenEvents {
   get?: GetJson
   /** longest wait for one request */
   timeoutMs: number
+  /** DPoP mode: every request carries a proof with this key, and tokens must be bound to it */
+  dpop?: DpopKey
   clock: Clock
   log: Logger
   secrets: SecretScrubber
@@ -53,6 +56,8 @@ export class AuthServer {
   #alternateTokenUrl: string | undefined
   /** the grant or discovery request in flight, aborted by stop() */
   #abort: AbortController | undefined
+  /** the auth server's newest DPoP nonce */
+  #nonce: string | undefined
   #stopped = false
 
   constructor (options: AuthServerOptions) {
@@ -167,17 +172,53 @@ export class AuthServer {
 
   /** One request to the token endpoint at `url`, its answer checked. */
   async #post (grant: GrantType, url: string, fields: Fields): Promise<TokenSet> {
-    const request = buildRequest(await this.#prove(url), fields, this.#o.extras)
     this.#o.log.debug({ event: 'token', grant, tokenUrl: url }, 'token request')
-    const res = await this.request('token', this.#o.timeoutMs, (signal) => this.#o.post(url, request.form, signal, request.authorization))
+    const res = await this.#exchange(url, url, fields, this.#o.extras, 'token', this.#o.timeoutMs)
     this.#o.log.debug({ event: 'token', grant, status: res.status }, 'token endpoint answered')
+    let set: TokenSet
     try {
-      return checkTokenResponse(res)
+      set = checkTokenResponse(res)
     } catch (err) {
       if (err instanceof GrantError && err.kind === 'wrong_url') {
         throw new GrantError(`POST ${url}: ${err.message}`, 'wrong_url', { ...(err.status !== undefined && { status: err.status }) })
       }
       throw err
+    }
+    // a token the server did not bind to the key is not used, not even as a bearer token
+    if (this.#o.dpop !== undefined && set.tokenType.toLowerCase() !== 'dpop') {
+      throw new GrantError(`the token endpoint answered with a ${set.tokenType === '' ? 'token without token_type' : `${set.tokenType} token`}, not a DPoP-bound one: turn on "Require DPoP bound tokens" for the client in Keycloak 26.4 or later (Advanced, Proof of Possession), or set AUTH_DPOP=false`, 'unusable', { status: 200 })
+    }
+    return set
+  }
+
+  /** The scheme of the Authorization header the tokens go in. */
+  get scheme (): 'DPoP' | 'Bearer' {
+    return this.#o.dpop === undefined ? 'Bearer' : 'DPoP'
+  }
+
+  /** The DPoP key, in DPoP mode. */
+  get dpop (): DpopKey | undefined {
+    return this.#o.dpop
+  }
+
+  /**
+   * One POST of a form to the auth server: the client authenticated (its
+   * assertions for `audience`), a DPoP proof with the server's newest nonce
+   * in DPoP mode. Asked for a nonce (`use_dpop_nonce`), it is sent once more
+   * with it, never in a loop.
+   */
+  async #exchange (url: string, audience: string, fields: Fields, extras: GrantExtras | undefined, purpose: RequestPurpose, timeoutMs: number): Promise<TokenEndpointResponse> {
+    for (let attempt = 0; ; attempt++) {
+      const request = buildRequest(await this.#prove(audience), fields, extras)
+      const headers: Record<string, string> = {
+        ...(request.authorization !== undefined && { authorization: request.authorization }),
+        ...(this.#o.dpop !== undefined && { dpop: this.#o.dpop.proof('POST', htuOf(url), { nonce: this.#nonce }) })
+      }
+      const res = await this.request(purpose, timeoutMs, (signal) => this.#o.post(url, request.form, signal, headers))
+      const nonce = dpopNonceOf(res.dpopNonce)
+      if (nonce !== undefined) this.#nonce = nonce
+      if (attempt > 0 || this.#o.dpop === undefined || res.status !== 400 || nonce === undefined || oauthErrorOf(res).error !== 'use_dpop_nonce') return res
+      this.#o.log.debug({ event: 'token', purpose }, 'the auth server asked for a DPoP nonce: sending again with it')
     }
   }
 
@@ -210,8 +251,7 @@ export class AuthServer {
    * the client authenticated as for a grant.
    */
   async postForm (url: string, fields: Fields, timeoutMs: number): Promise<TokenEndpointResponse> {
-    const request = buildRequest(await this.#prove(this.#tokenUrl ?? url), fields)
-    return await this.request('logout', timeoutMs, (signal) => this.#o.post(url, request.form, signal, request.authorization))
+    return await this.#exchange(url, this.#tokenUrl ?? url, fields, undefined, 'logout', timeoutMs)
   }
 
   /**

@@ -20,6 +20,8 @@ export class BasicAuthorization implements AuthorizationSource {
   authorization (): Promise<string> { return Promise.resolve(this.#header) }
   rejected (): boolean { return false }
   accepted (): void {}
+  proof (): undefined { return undefined }
+  upstreamNonce (): void {}
   ready (): boolean { return true }
   notReadyReason (): undefined { return undefined }
   expiresInSeconds (): number { return 0 }

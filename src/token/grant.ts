@@ -10,6 +10,8 @@ export type GrantType = PrimaryGrant | 'refresh_token'
 
 export interface TokenSet {
   accessToken: string
+  /** token_type as the server named it (Bearer, DPoP), '' when it named none */
+  tokenType: string
   expiresInMs: number
   refreshToken?: string
   /** undefined: the refresh token does not lapse on its own (`refresh_expires_in: 0` or absent) */
@@ -24,15 +26,17 @@ export interface TokenEndpointResponse {
   contentType?: string
   /** the Location header of a redirect, if any */
   location?: string
+  /** the DPoP-Nonce header, if any */
+  dpopNonce?: string
   body: string
 }
 
 /**
  * Sends a form to the token endpoint (or the end-session or revocation
- * endpoint), with `authorization` as the Authorization header when given;
+ * endpoint), with `headers` (Authorization, DPoP) besides the content type;
  * rejects on network errors and on `signal`.
  */
-export type PostForm = (url: string, form: string, signal: AbortSignal, authorization?: string) => Promise<TokenEndpointResponse>
+export type PostForm = (url: string, form: string, signal: AbortSignal, headers?: Record<string, string>) => Promise<TokenEndpointResponse>
 
 /** GETs a JSON document (OpenID Connect discovery); rejects on network errors and on `signal`. */
 export type GetJson = (url: string, signal: AbortSignal) => Promise<TokenEndpointResponse>
@@ -154,7 +158,7 @@ export function checkTokenResponse (res: TokenEndpointResponse): TokenSet {
   if (expiresIn === undefined) throw invalid('expires_in is missing or not a number')
   if (expiresIn < 1) throw invalid('expires_in must be at least 1 second')
 
-  const set: TokenSet = { accessToken, expiresInMs: Math.min(expiresIn * 1000, MAX_LIFETIME_MS) }
+  const set: TokenSet = { accessToken, tokenType: typeof fields.token_type === 'string' ? fields.token_type : '', expiresInMs: Math.min(expiresIn * 1000, MAX_LIFETIME_MS) }
 
   const refreshToken = fields.refresh_token
   if (refreshToken !== undefined && refreshToken !== null) {
@@ -194,7 +198,9 @@ function errorFromResponse (res: TokenEndpointResponse): GrantError {
     return new GrantError(`${what}${detail}: this URL is not the token endpoint`, 'wrong_url', { status: res.status })
   }
 
-  if (res.status >= 500 || res.status === 429 || res.status === 408 || res.status < 400) {
+  // use_dpop_nonce here means the nonce changed again since the one retry
+  // with it: the next attempt's proof carries the newer one.
+  if (res.status >= 500 || res.status === 429 || res.status === 408 || res.status < 400 || oauthError === 'use_dpop_nonce') {
     return new GrantError(what, 'transient', { status: res.status, ...(oauthError !== undefined && { oauthError }), ...(retryAfterMs !== undefined && { retryAfterMs }) })
   }
   // Any other 4xx (invalid_grant, invalid_client, an unknown realm...) will
@@ -207,7 +213,9 @@ function errorFromResponse (res: TokenEndpointResponse): GrantError {
         ? ': turn on "Service accounts roles" for this client in Keycloak (a configuration error)'
         : /not allowed for direct access grants/i.test(description)
           ? ': turn on "Direct access grants" for this client in Keycloak (a configuration error)'
-          : ''
+          : /DPoP proof is missing/i.test(description)
+            ? ': the client requires DPoP-bound tokens; set AUTH_DPOP=true'
+            : ''
   return new GrantError(what + hint, 'rejected', { status: res.status, ...(oauthError !== undefined && { oauthError }) })
 }
 

@@ -6,10 +6,10 @@ const MAX_BODY_BYTES = 256 * 1024
 
 /** PostForm over undici; the caller owns `dispatcher` (proxy-aware, TLS verified). */
 export function createPostForm (dispatcher: Dispatcher): PostForm {
-  return (url, form, signal, authorization) => send(dispatcher, 'POST', url, signal, {
+  return (url, form, signal, headers) => send(dispatcher, 'POST', url, signal, {
     'content-type': 'application/x-www-form-urlencoded',
     accept: 'application/json',
-    ...(authorization !== undefined && { authorization })
+    ...headers
   }, form)
 }
 
@@ -35,12 +35,13 @@ async function send (
     }
     chunks.push(chunk as Buffer)
   }
-  const { 'retry-after': retryAfter, 'content-type': contentType, location } = res.headers
+  const { 'retry-after': retryAfter, 'content-type': contentType, location, 'dpop-nonce': dpopNonce } = res.headers
   return {
     status: res.statusCode,
     ...(typeof retryAfter === 'string' && { retryAfter }),
     ...(typeof contentType === 'string' && { contentType }),
     ...(typeof location === 'string' && { location }),
+    ...(typeof dpopNonce === 'string' && { dpopNonce }),
     body: Buffer.concat(chunks).toString('utf8')
   }
 }

@@ -36,6 +36,14 @@ export interface AuthorizationSource {
   rejected(header: string): boolean
   /** The upstream answered something other than 401: 401-caused renewals stop backing off. */
   accepted(): void
+  /**
+   * The DPoP proof for a request carrying `header` to `url` (the upstream
+   * URL without query) with `method`; undefined when the tokens are bearer
+   * tokens.
+   */
+  proof(header: string, method: string, url: string): string | undefined
+  /** The upstream sent a DPoP nonce: the proofs carry it from now on. */
+  upstreamNonce(nonce: string): void
   /** Whether a valid credential is held (readiness). */
   ready(): boolean
   /** Why not ready, in a few words an operator can act on; undefined when ready. */

@@ -1,5 +1,6 @@
 import { execFileSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
+import { createServer as createHttpServer } from 'node:http'
 import { createServer as createHttpsServer } from 'node:https'
 import { createServer, type Server } from 'node:net'
 import type { AddressInfo } from 'node:net'
@@ -7,6 +8,7 @@ import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { CHECK_EXIT, runCheck } from '../../src/check.js'
 import { TokenServer, type Fault, type TokenServerOptions } from '../../dev/token-server.js'
+import { dpopApi } from '../helpers/dpop-api.js'
 import { freePort, start } from '../helpers/process.js'
 import { FakeUpstream } from '../helpers/upstream.js'
 
@@ -204,4 +206,35 @@ t.test('check: an end-session endpoint that fails is its own step, exit 6, after
   t.match(lines.at(-2), /^ok {3}upstream:/)
   t.match(lines.at(-1), /^FAIL session: session not ended: the end-session endpoint .*\/logout answered 500 unknown_error/)
   noSecrets(t, output, s.tokenServer)
+})
+
+t.test('check in DPoP mode: the token\'s type and key, then a proof the upstream accepts (after its nonce)', async (t) => {
+  const s = await servers(t, { dpop: { required: true, nonce: true } })
+  const api = await dpopApi(t, () => s.tokenServer, { nonce: true })
+  const { code, lines, output } = await check({ ...s.env, BASE_URL: `${api.url}/v1`, AUTH_DPOP: 'true' })
+  t.equal(code, CHECK_EXIT.ok, output)
+  t.match(lines[0], /, DPoP-bound tokens \(ES256 key\), /)
+  const jkt = s.tokenServer.grants.at(-1)!.jkt!
+  t.match(lines[1], `; token_type DPoP, bound to the sidecar's ES256 key ${jkt}, its cnf.jkt names it`)
+  t.match(lines[2], /^ok {3}upstream: GET http:\/\/127\.0\.0\.1:\d+\/v1 answered 200 in \d+ ms: reached, DPoP-bound token and proof accepted$/)
+  t.same(api.calls.map((c) => c.status), [401, 200], 'the nonce asked for, and sent')
+  t.equal(s.tokenServer.logouts[0]!.jkt, jkt, 'the session ended with a proof')
+  noSecrets(t, output, s.tokenServer)
+})
+
+t.test('check in DPoP mode: an upstream that refuses the proof, or takes bearer tokens only, is told apart', async (t) => {
+  const s = await servers(t, { dpop: { required: true } })
+  const refusing = createHttpServer((req, res) => {
+    req.resume()
+    res.writeHead(401, { 'www-authenticate': req.url === '/proof' ? 'DPoP algs="ES256", error="invalid_dpop_proof"' : 'Bearer realm="api"' })
+    res.end()
+  })
+  await new Promise<void>((resolve) => refusing.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { refusing.close() })
+  const env = { ...s.env, BASE_URL: `http://127.0.0.1:${(refusing.address() as AddressInfo).port}`, AUTH_DPOP: 'true' }
+  const proof = await check(env, ['--path', '/proof'])
+  t.equal(proof.code, CHECK_EXIT.upstream)
+  t.match(proof.lines.at(-2), /^FAIL upstream: GET \S+\/proof answered 401: the upstream refuses the DPoP proof \(invalid_dpop_proof\)/)
+  const bearer = await check(env, ['--path', '/bearer'])
+  t.match(bearer.lines.at(-2), /^FAIL upstream: GET \S+\/bearer answered 401 without a DPoP challenge: .*set AUTH_DPOP=false/)
 })

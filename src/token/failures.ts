@@ -1,0 +1,47 @@
+import type { Logger } from '../logger.js'
+import { wellKnownUrl } from './discovery.js'
+import { isCredentialRejection, type GrantError, type GrantType } from './grant.js'
+
+/** What the last failed attempt ran into, as readiness tells it. */
+export type FailureClass = 'credentials' | 'rejected' | 'wrong_url' | 'unusable' | 'credential' | 'transient' | 'discovery'
+
+export function classify (step: GrantType | 'discovery', e: GrantError): FailureClass {
+  if (step === 'discovery') return 'discovery'
+  if (e.kind === 'rejected') return isCredentialRejection(e) ? 'credentials' : 'rejected'
+  return e.kind
+}
+
+/** Why the sidecar is not ready, in a few words an operator can act on. */
+export function notReadyText (failure: FailureClass | undefined, endpoints: { tokenUrl: string | undefined, issuerUrl: string | undefined }): string {
+  switch (failure) {
+    case 'credentials': return 'credentials rejected by the auth server (see the log for its reason)'
+    case 'rejected': return 'token request refused by the auth server (see the log for its reason)'
+    case 'wrong_url': return `wrong token URL: ${endpoints.tokenUrl ?? ''} is not a token endpoint (set AUTH_URL and AUTH_REALM, AUTH_ISSUER_URL, or AUTH_TOKEN_URL)`
+    case 'unusable': return 'the token endpoint answered without a usable token (see the log); retrying slowly'
+    case 'credential': return 'the client credential cannot be used (see the log); retrying when its file changes'
+    case 'discovery': return `OpenID Connect discovery at ${wellKnownUrl(endpoints.issuerUrl ?? '')} failed (see the log); retrying`
+    case 'transient': return 'token endpoint unreachable or failing; retrying'
+    default: return 'no valid access token'
+  }
+}
+
+/**
+ * One failed attempt, logged: refused credentials and unusable client
+ * credentials every time (a minute apart; an operator must see them), a
+ * wrong URL and any other failure once per episode, the repeats at debug.
+ */
+export function logFailure (log: Logger, step: GrantType | 'discovery', e: GrantError, fields: object, repeated: boolean): void {
+  if (e.kind === 'rejected' && isCredentialRejection(e)) {
+    log.error(fields, 'credentials rejected by the auth server: retrying slowly to avoid a lockout')
+  } else if (e.kind === 'credential') {
+    log.error(fields, 'the client credential cannot be used: nothing was sent; retrying when its file changes')
+  } else if (repeated) {
+    log.debug(fields, 'token request failed again')
+  } else if (step === 'discovery' && e.kind === 'wrong_url') {
+    log.error(fields, 'discovery failed: check AUTH_ISSUER_URL (Keycloak\'s is https://host/realms/<realm>)')
+  } else if (e.kind === 'wrong_url') {
+    log.error(fields, 'wrong token URL: check AUTH_URL and AUTH_REALM, or set AUTH_TOKEN_URL to the realm\'s token endpoint')
+  } else {
+    log[e.kind === 'rejected' ? 'error' : 'warn'](fields, 'token request failed')
+  }
+}
