@@ -38,9 +38,12 @@ t.test('Keycloak: a pinned current image, start-dev under /auth, the realm impor
   t.match(keycloak!.healthcheck!.test.join(' '), /health\/ready/)
 })
 
-t.test('compose runs the Keycloak version the tests run against (scripts/keycloak.mjs)', async (t) => {
+t.test('compose, the README and the chart\'s README name the Keycloak version the tests run against (scripts/keycloak.mjs)', async (t) => {
   const { KEYCLOAK_VERSION } = await import(`${root}scripts/keycloak.mjs`) as { KEYCLOAK_VERSION: string }
   t.equal(keycloak!.image, `quay.io/keycloak/keycloak:${KEYCLOAK_VERSION}`)
+  for (const file of ['README.md', 'helm/auth-sidecar/README.md']) {
+    t.match(readFileSync(`${root}${file}`, 'utf8').replace(/\s+/g, ' '), new RegExp(`Keycloak \\(?${KEYCLOAK_VERSION.replace(/\./g, '\\.')}\\b`), file)
+  }
 })
 
 t.test('the realm: service-realm, a client with direct access grants, a ready service user, short lifetimes', async (t) => {
