@@ -27,6 +27,8 @@ export const REDACT_PATHS = [
   'err.config.headers.authorization',
   'err.request.headers.authorization',
   'err.cause.headers.authorization',
+  'err.request.headers.dpop',
+  'err.cause.headers.dpop',
   'access_token',
   'refresh_token',
   'password',
