@@ -4,7 +4,7 @@ import { buildApp, type App } from './app.js'
 import { ConfigError, loadConfig, type Config } from './config/load.js'
 import { errorBody, ERRORS, type ErrorCode } from './errors.js'
 import { createLogger } from './logger.js'
-import { dpopRefusalOf } from './proxy/dpop-challenge.js'
+import { dpopRefusalOf, hasDpopChallenge } from './proxy/dpop-challenge.js'
 import { wellKnownUrl } from './token/discovery.js'
 import { GrantError, type TokenSet } from './token/grant.js'
 import { TokenManager } from './token/manager.js'
@@ -158,11 +158,11 @@ async function upstreamStep (app: App, config: Config, args: CheckArgs, say: Say
   const own = (Object.keys(ERRORS) as ErrorCode[]).find((code) => res.body === errorBody(code))
   const dpop = config.auth.mode === 'oauth2' && config.auth.dpop !== undefined
   if (own === undefined && res.statusCode === 401 && dpop) {
-    const challenge = String(res.headers['www-authenticate'] ?? '')
+    const challenge = res.headers['www-authenticate']
     const refusal = dpopRefusalOf(challenge)
     say('FAIL', 'upstream', refusal !== undefined
       ? `${args.method} ${target} answered 401: the upstream refuses the DPoP proof (${refusal}${refusal === 'use_dpop_nonce' ? ', even with the nonce it asked for' : ''}); its clock, or the URL it believes it serves (a proxy in between rewriting the path or host), may differ from the sidecar's`
-      : /^\s*dpop\b|,\s*dpop\b/i.test(challenge)
+      : hasDpopChallenge(challenge)
         ? `${args.method} ${target} answered 401: the upstream refuses the DPoP-bound token. Check what it expects (audience, realm, roles)`
         : `${args.method} ${target} answered 401 without a DPoP challenge: the upstream may not take DPoP-bound tokens; set AUTH_DPOP=false if it takes only bearer tokens`)
     return CHECK_EXIT.upstream

@@ -1,3 +1,5 @@
+import type { AuthorizationSource } from '../token/source.js'
+
 /** The DPoP errors of an upstream's 401 that refuse the proof, not the token (RFC 9449 §7.1, §9). */
 export const DPOP_REFUSALS = ['use_dpop_nonce', 'invalid_dpop_proof'] as const
 export type DpopRefusal = typeof DPOP_REFUSALS[number]
@@ -8,22 +10,44 @@ const CHALLENGE_PART = /([!#$%&'*+.^_`|~0-9A-Za-z-]+)(?:[ \t]*=[ \t]*("(?:[^"\\]
 const MAX_CHALLENGE_CHARS = 4096
 
 /**
+ * An upstream's 401 to a request that carried `authorization`: a refusal of
+ * the DPoP proof (`onRefused` counts it) leaves the token alone; any other
+ * 401 refuses the token, which is renewed once per rejected token. Returns
+ * the proof refusal, if any, and whether a new token is being obtained.
+ */
+export function upstream401 (challenge: string | string[] | number | undefined, authorization: string, tokens: AuthorizationSource, onRefused: (reason: DpopRefusal) => void): { refusal: DpopRefusal | undefined, renewing: boolean } {
+  const refusal = dpopRefusalOf(challenge)
+  if (refusal !== undefined) onRefused(refusal)
+  return { refusal, renewing: refusal === undefined && tokens.rejected(authorization) }
+}
+
+/**
  * The proof refusal a `WWW-Authenticate` header carries in its DPoP
  * challenge (`DPoP error="use_dpop_nonce"`, say), if any; the other
  * challenges (Bearer's), and a DPoP error about the token itself
  * (`invalid_token`), are not refusals of the proof.
  */
 export function dpopRefusalOf (header: string | string[] | number | undefined): DpopRefusal | undefined {
-  if (header === undefined) return undefined
+  const error = challengesOf(header).find((c) => c.scheme === 'dpop' && c.error !== undefined)?.error
+  return DPOP_REFUSALS.find((r) => r === error)
+}
+
+/** Whether a `WWW-Authenticate` header holds a DPoP challenge at all. */
+export function hasDpopChallenge (header: string | string[] | number | undefined): boolean {
+  return challengesOf(header).some((c) => c.scheme === 'dpop')
+}
+
+/** A header's challenges: each scheme, lower-cased, with its `error` parameter if it has one. */
+function challengesOf (header: string | string[] | number | undefined): Array<{ scheme: string, error?: string }> {
+  if (header === undefined) return []
   const text = (Array.isArray(header) ? header.join(', ') : String(header)).slice(0, MAX_CHALLENGE_CHARS)
-  let scheme = ''
+  const challenges: Array<{ scheme: string, error?: string }> = []
   for (const [, name, value] of text.matchAll(CHALLENGE_PART)) {
     if (value === undefined) {
-      scheme = name!.toLowerCase()
-    } else if (scheme === 'dpop' && name!.toLowerCase() === 'error') {
-      const error = value.startsWith('"') ? value.slice(1, -1).replace(/\\(.)/g, '$1') : value
-      return DPOP_REFUSALS.find((r) => r === error)
+      challenges.push({ scheme: name!.toLowerCase() })
+    } else if (name!.toLowerCase() === 'error' && challenges.length > 0 && challenges.at(-1)!.error === undefined) {
+      challenges.at(-1)!.error = value.startsWith('"') ? value.slice(1, -1).replace(/\\(.)/g, '$1') : value
     }
   }
-  return undefined
+  return challenges
 }

@@ -4,9 +4,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Dispatcher } from 'undici'
 import type { Logger } from '../logger.js'
-import { dpopNonceOf } from '../token/dpop.js'
 import type { AuthorizationSource } from '../token/source.js'
-import { dpopRefusalOf, type DpopRefusal } from './dpop-challenge.js'
+import { upstream401, type DpopRefusal } from './dpop-challenge.js'
 import { relayedResponseHeaders, upstreamRequestHeaders, type HeaderValues } from './headers.js'
 import { sendError, sendTokenUnavailable } from './replies.js'
 import { kClientResponse } from './upstream.js'
@@ -111,11 +110,7 @@ export const forward = fp<ForwardOptions>(async function forward (app: FastifyIn
         const stream = res.stream as NodeJS.ReadableStream & { destroy(): void }
         if (reply.sent) return stream.destroy() // an invalid status code was already answered 502
         const headers = (res as { headers?: HeaderValues }).headers ?? {}
-        const nonce = headers['dpop-nonce']
-        if (nonce !== undefined) {
-          const valid = dpopNonceOf(nonce)
-          if (valid !== undefined) o.tokens.upstreamNonce(valid)
-        }
+        o.tokens.upstreamNonce(headers['dpop-nonce'])
         if (res.statusCode === 401) return upstreamRejected(request as FastifyRequest, reply as FastifyReply, res.stream, headers)
         o.tokens.accepted()
         stream.once('error', (err: Error & { code?: string }) => {
@@ -153,9 +148,8 @@ export const forward = fp<ForwardOptions>(async function forward (app: FastifyIn
    * request is sent once more with it.
    */
   function upstreamRejected (request: FastifyRequest, reply: FastifyReply, body: unknown, headers: HeaderValues): void {
-    const refusal = dpopRefusalOf(headers['www-authenticate'])
-    if (refusal !== undefined) o.onDpopRefused(refusal)
-    const again = refusal === undefined ? o.tokens.rejected(request.sidecarAuthorization) : refusal === 'use_dpop_nonce'
+    const { refusal, renewing } = upstream401(headers['www-authenticate'], request.sidecarAuthorization, o.tokens, o.onDpopRefused)
+    const again = renewing || refusal === 'use_dpop_nonce'
     if (!again || request.sidecarReplayed || hasBody(request.raw.headers as HeaderValues)) {
       reply.send(body)
       return

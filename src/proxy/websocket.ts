@@ -5,11 +5,10 @@ import { WebSocket, WebSocketServer } from 'ws'
 import type { Config } from '../config/load.js'
 import { errorBody, ERRORS, TokenUnavailableError, type ErrorCode } from '../errors.js'
 import type { Logger } from '../logger.js'
-import { dpopNonceOf } from '../token/dpop.js'
 import type { AuthorizationSource } from '../token/source.js'
 import { pathOf, type AccessLine } from './access-log.js'
 import { isConfined } from './confine.js'
-import { dpopRefusalOf, type DpopRefusal } from './dpop-challenge.js'
+import { upstream401, type DpopRefusal } from './dpop-challenge.js'
 import { countHeader, readClientHeaders, websocketHeaders, type ClientHeaders } from './headers.js'
 import { proxyFor, tunnelThrough } from './tunnel.js'
 import { relay } from './websocket-relay.js'
@@ -136,12 +135,9 @@ export class WebSocketProxy {
     const connect = (authorization: string, replayed: boolean): void => {
       const up = upstream = this.#openUpstream(req, url, authorization, requestId, client)
       up.once('unexpected-response', (_request, response) => {
-        const nonce = dpopNonceOf(response.headers['dpop-nonce'])
-        if (nonce !== undefined) this.#o.tokens.upstreamNonce(nonce)
+        this.#o.tokens.upstreamNonce(response.headers['dpop-nonce'])
         if (response.statusCode === 401) {
-          const refusal = dpopRefusalOf(response.headers['www-authenticate'])
-          if (refusal === undefined) this.#o.tokens.rejected(authorization)
-          else this.#o.onDpopRefused(refusal)
+          const { refusal } = upstream401(response.headers['www-authenticate'], authorization, this.#o.tokens, this.#o.onDpopRefused)
           if (refusal === 'use_dpop_nonce' && !replayed && !socket.destroyed) {
             response.destroy()
             up.terminate()

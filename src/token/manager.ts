@@ -4,6 +4,7 @@ import type { SecretScrubber } from '../secrets.js'
 import type { AuthServer } from './auth-server.js'
 import { MAX_TIMER_MS, systemClock, type Clock } from './clock.js'
 import type { Endpoints } from './discovery.js'
+import { dpopNonceOf } from './dpop.js'
 import { classify, logFailure, notReadyText, type FailureClass } from './failures.js'
 import { GrantError, type GrantType, type TokenSet } from './grant.js'
 import { RejectionBackoff } from './rejection-backoff.js'
@@ -179,8 +180,10 @@ export class TokenManager implements AuthorizationSource {
     return dpop.proof(method, url, { nonce: this.#upstreamNonce, accessToken: header.slice(header.indexOf(' ') + 1) })
   }
 
-  upstreamNonce (nonce: string): void {
-    this.#upstreamNonce = nonce
+  upstreamNonce (header: string | string[] | number | undefined): void {
+    if (header === undefined || this.#server.dpop === undefined) return
+    const nonce = dpopNonceOf(header)
+    if (nonce !== undefined) this.#upstreamNonce = nonce
   }
 
   #renewNow (): void {
@@ -207,14 +210,12 @@ export class TokenManager implements AuthorizationSource {
         try {
           set = await this.#server.refreshGrant(refresh.token)
         } catch (err) {
-          // Only invalid_grant says the refresh token is spent (expired,
-          // revoked, reused, its session ended), or a 200 without a usable
-          // token (Keycloak's in the last second of an SSO session:
-          // expires_in 0): then the password grant. A network failure or 5xx
-          // leaves it for the next attempt, so that a blip does not open a new
-          // session; should the server have used it up meanwhile, the retry
-          // is refused with invalid_grant. Another refusal (invalid_client,
-          // say) is the client's to fix.
+          // invalid_grant (expired, revoked, reused, session ended) or a 200
+          // without a usable token (Keycloak's in an SSO session's last
+          // second: expires_in 0) spends the refresh token: the password
+          // grant. A network failure or 5xx keeps it, so that a blip opens no
+          // new session (a reuse the server refuses is invalid_grant).
+          // Another refusal (invalid_client, say) is the client's to fix.
           const spent = err instanceof GrantError && ((err.kind === 'rejected' && err.oauthError === 'invalid_grant') || err.kind === 'unusable')
           if (!spent || this.#stopped) throw err
           this.#o.log.info({ event: 'token', grant: step, outcome: 'rejected', reason: this.#secrets.scrub(err.message) }, `refresh token refused: falling back to the ${primary} grant`)

@@ -42,8 +42,11 @@ export interface AuthorizationSource {
    * tokens.
    */
   proof(header: string, method: string, url: string): string | undefined
-  /** The upstream sent a DPoP nonce: the proofs carry it from now on. */
-  upstreamNonce(nonce: string): void
+  /**
+   * An upstream answer's `DPoP-Nonce` header, as it came: a valid nonce is
+   * carried by the proofs from now on (DPoP mode only).
+   */
+  upstreamNonce(header: string | string[] | number | undefined): void
   /** Whether a valid credential is held (readiness). */
   ready(): boolean
   /** Why not ready, in a few words an operator can act on; undefined when ready. */

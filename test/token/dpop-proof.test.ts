@@ -3,7 +3,7 @@ import { calculateJwkThumbprint, decodeProtectedHeader, EmbeddedJWK, jwtVerify, 
 import t from 'tap'
 import { DpopVerifier } from '../../dev/dpop-proof.js'
 import { DPOP_ALGORITHMS } from '../../src/config/schema.js'
-import { dpopRefusalOf } from '../../src/proxy/dpop-challenge.js'
+import { dpopRefusalOf, hasDpopChallenge } from '../../src/proxy/dpop-challenge.js'
 import { DpopKey, dpopNonceOf, htuOf } from '../../src/token/dpop.js'
 
 const HTU = 'https://api.example.com/v1/items'
@@ -72,6 +72,15 @@ t.test('a 401\'s WWW-Authenticate: the DPoP challenge\'s proof errors, nothing e
     ['DPoP ' + 'a="b", '.repeat(2000) + 'error="use_dpop_nonce"', undefined]
   ]
   for (const [header, expected] of cases) t.equal(dpopRefusalOf(header), expected, JSON.stringify(header)?.slice(0, 80))
+})
+
+t.test('a DPoP challenge is told from a Bearer one, not from words inside a quoted value', async (t) => {
+  t.equal(hasDpopChallenge('DPoP algs="ES256"'), true)
+  t.equal(hasDpopChallenge('Bearer realm="api", DPoP algs="ES256"'), true)
+  t.equal(hasDpopChallenge(['Bearer realm="api"', 'dpop']), true)
+  t.equal(hasDpopChallenge('Bearer realm="api"'), false)
+  t.equal(hasDpopChallenge('Bearer error_description="use, DPoP please"'), false)
+  t.equal(hasDpopChallenge(undefined), false)
 })
 
 t.test('the tests\' verifier refuses what a resource server must refuse (RFC 9449 §4.3)', async (t) => {
