@@ -7,7 +7,6 @@ import { createMetrics, type Metrics } from './admin/metrics.js'
 import { CredentialStore } from './config/credentials.js'
 import type { Config } from './config/load.js'
 import { createDispatcher } from './dispatcher.js'
-import { EndOfTurn } from './proxy/access-log.js'
 import { buildProxy } from './proxy/server.js'
 import { UpstreamDispatcher } from './proxy/upstream.js'
 import { SecretScrubber } from './secrets.js'
@@ -157,10 +156,6 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   // An access line has fixed fields, none secret; pino's redaction paths
   // cost a sixth of a proxied request's CPU when checked on every line.
   const accessLogger = proxyLog.child({}, { redact: [] })
-  const answered = new EndOfTurn((line) => {
-    if (config.accessLog) accessLogger.info(line, 'request')
-    metrics.request(line.status, line.durationMs / 1000)
-  })
   const { app: proxy, closeWebSockets } = await buildProxy({
     origin: config.upstream.origin,
     basePath: config.upstream.basePath,
@@ -172,7 +167,10 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }),
     tokens,
     log: proxyLog,
-    onResponse: (line) => { answered.add(line) },
+    onResponse: (line) => {
+      if (config.accessLog) accessLogger.info(line, 'request')
+      metrics.request(line.status, line.durationMs / 1000)
+    },
     onUpstreamError: (reason) => metrics.upstreamError(reason),
     onDpopRefused: (reason) => metrics.dpopRefused(reason)
   })
@@ -210,7 +208,6 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       clearInterval(idle)
       clearTimeout(cut)
     }
-    answered.flush()
     tokens.stop()
     credentials.close()
     await upstreamDispatcher.destroy()
