@@ -1,5 +1,7 @@
+import { spawn } from 'node:child_process'
 import t from 'tap'
-import { runTs } from '../helpers/process.js'
+import { LOG_FLUSH_MS } from '../../src/logger.js'
+import { root, runTs } from '../helpers/process.js'
 
 t.test('a process that exits right after logging keeps its last lines', async (t) => {
   const script = [
@@ -13,4 +15,26 @@ t.test('a process that exits right after logging keeps its last lines', async (t
   t.equal(code, 3, 'the exit code the process chose')
   const lines = stdout.trim().split('\n').map((l) => JSON.parse(l) as { msg: string })
   t.same(lines.map((l) => l.msg), ['first', 'last words'])
+})
+
+t.test('a quiet process writes a line within LOG_FLUSH_MS, not only once a batch is full', async (t) => {
+  const script = [
+    "import { createLogger } from './src/logger.js'",
+    "const log = createLogger('info')",
+    "log.info({ event: 'token' }, 'token obtained')",
+    'setTimeout(() => {}, 10_000)'
+  ].join('\n')
+  const child = spawn(process.execPath, [`--import=${root}node_modules/@tapjs/typescript/dist/esm/import.mjs`, '--input-type=module', '-e', script], { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] })
+  t.teardown(() => { child.kill('SIGKILL') })
+  let spawned = 0
+  child.once('spawn', () => { spawned = Date.now() })
+  const line = await new Promise<string>((resolve) => {
+    child.stdout.once('data', (d: Buffer) => resolve(String(d)))
+    setTimeout(() => resolve('{"msg":"nothing while the process ran"}'), 8_000)
+  })
+  const waited = Date.now() - spawned
+  t.equal((JSON.parse(line) as { msg: string }).msg, 'token obtained')
+  t.ok(child.exitCode === null, 'written while the process runs on')
+  // the loader's start-up comes first: the bound is generous, the 10 s the process lives are not
+  t.ok(waited < 5_000 + LOG_FLUSH_MS, `on stdout ${waited} ms after the start`)
 })
