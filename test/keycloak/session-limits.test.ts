@@ -28,7 +28,15 @@ async function traffic (sidecar: SpawnedSidecar, seconds: number, during?: (elap
 keycloakTest('SSO Session Max shorter than the run: one password grant when the session runs out, no request fails', async (t, kc) => {
   const realm = await kc.root.realm(t, { accessTokenLifespan: 6, ssoSessionMaxLifespan: 14 })
   const sidecar = await sidecarFor(t, realm)
-  const statuses = await traffic(sidecar, 26)
+  // Keycloak's count of the user's sessions, every two seconds: at the
+  // moment one session ends and before the next begins it may be 0, never 2.
+  const sessionCounts: number[] = []
+  let sampledAt = 0
+  const statuses = await traffic(sidecar, 26, async (elapsed) => {
+    if (elapsed - sampledAt < 2_000) return
+    sampledAt = elapsed
+    sessionCounts.push((await realm.sessions('service-user')).length)
+  })
   t.same([...new Set(statuses)], [200], `${statuses.length} requests, every one 200`)
   // what the sidecar met, should a request have failed
   if (statuses.some((s) => s !== 200)) t.comment(sidecar.run.stdout.filter((l) => l.includes('"event":"token"') && !l.includes('"level":20')).join('\n'))
@@ -36,7 +44,7 @@ keycloakTest('SSO Session Max shorter than the run: one password grant when the 
   t.equal(events.filter((e) => e.type === 'LOGIN').length, 2, 'the password grant at start, and once more for the new session')
   t.ok(events.filter((e) => e.type === 'REFRESH_TOKEN').length >= 3, 'refresh grants in between')
   t.ok(events.filter((e) => e.type === 'REFRESH_TOKEN_ERROR').length <= 1, 'at most the one refresh that met the end of the session')
-  t.equal((await realm.sessions('service-user')).length, 1, 'one session at a time')
+  t.ok(Math.max(...sessionCounts) === 1 && sessionCounts.filter((n) => n === 1).length >= sessionCounts.length - 2, `one session at a time (${sessionCounts.join(' ')})`)
 })
 
 keycloakTest('a session ended in Keycloak ("Session not active"): the refresh is refused once, one password grant follows, no request fails', async (t, kc) => {
