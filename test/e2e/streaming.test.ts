@@ -7,18 +7,15 @@ import { memoryOf, root, startSidecar } from '../helpers/process.js'
 
 /** Body size for the flat-memory runs; STREAM_MB=1024 for the full gigabyte. */
 const STREAM_MB = Number(process.env.STREAM_MB ?? 256)
-/** Allowed growth of the proxy's resident memory while streaming (issue 12's target). */
+/** Allowed growth of the proxy's resident memory while streaming. */
 const MAX_GROWTH_MB = 64
 /**
  * From this Node on, V8 answers external-memory pressure (the garbage
  * ArrayBuffers of socket reads) by starting incremental marking only, no
  * longer with a scavenge at once, so every Node process that moves bytes
- * through sockets grows further while streaming: a raw TCP pipe grew 53-61
- * MB for a 256 MB download on Node 24, 38-43 on Node 20 and 22
- * (docs/performance.md, "Streaming memory on Node 24"). There the bound is
- * what such a pipe grows for the same transfer, measured beside the
- * sidecar, plus PROXY_HEADROOM_MB: a proxy that buffered the body still
- * fails it by far.
+ * through sockets grows further while streaming. There the bound is what a
+ * raw TCP pipe grows for the same transfer, measured beside the sidecar, plus
+ * PROXY_HEADROOM_MB: a proxy that buffered the body still fails it by far.
  */
 const NODE_FLOOR_FROM_MAJOR = 24
 const PROXY_HEADROOM_MB = 24
@@ -89,13 +86,13 @@ async function growthOf (pid: number, url: string, agent: Agent): Promise<Growth
 /**
  * The growth allowed to the sidecar for each direction: MAX_GROWTH_MB, or
  * from NODE_FLOOR_FROM_MAJOR on, what a raw TCP pipe on this Node
- * (bench/node-pipe.mjs, the bench's floor) grows for the same transfers,
- * plus PROXY_HEADROOM_MB.
+ * (test/helpers/tcp-pipe.mjs) grows for the same transfers, plus
+ * PROXY_HEADROOM_MB.
  */
 async function growthBound (t: Test, upstreamUrl: string): Promise<Growth & { pipe?: Growth }> {
   if (Number(process.versions.node.split('.')[0]) < NODE_FLOOR_FROM_MAJOR) return { upload: MAX_GROWTH_MB, download: MAX_GROWTH_MB }
   // without tap's hooks (NODE_OPTIONS), as the sidecar runs here
-  const child = spawn(process.execPath, [`${root}bench/node-pipe.mjs`], { env: { PATH: process.env.PATH ?? '', UPSTREAM: upstreamUrl }, stdio: ['ignore', 'pipe', 'inherit'] })
+  const child = spawn(process.execPath, [`${root}test/helpers/tcp-pipe.mjs`], { env: { PATH: process.env.PATH ?? '', UPSTREAM: upstreamUrl }, stdio: ['ignore', 'pipe', 'inherit'] })
   t.teardown(() => { child.kill('SIGKILL') })
   const [line] = await once(child.stdout!, 'data') as [Buffer]
   const { port } = JSON.parse(String(line)) as { port: number }
@@ -111,9 +108,7 @@ async function growthBound (t: Test, upstreamUrl: string): Promise<Growth & { pi
 
 t.test(`${STREAM_MB} MB up and down with the proxy's memory flat; keep-alive reuse afterwards`, async (t) => {
   // untracked: the product's memory, without tap's hooks in the child (their
-  // loader thread is tap's memory). With them, the download's peak grew
-  // 58-60 MB over the baseline with both cores busy, and 73 once in the
-  // suite; without them, on the same busy cores, 13-25 MB.
+  // loader thread is tap's memory, and it grows while the sidecar works).
   const s = await startSidecar(t, {}, {}, true, { untracked: true })
   const pid = s.run.child.pid!
   const agent = new Agent({ keepAlive: true, maxSockets: 1 })
