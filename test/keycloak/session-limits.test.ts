@@ -28,8 +28,9 @@ async function traffic (sidecar: SpawnedSidecar, seconds: number, during?: (elap
 keycloakTest('SSO Session Max shorter than the run: one password grant when the session runs out, no request fails', async (t, kc) => {
   const realm = await kc.root.realm(t, { accessTokenLifespan: 6, ssoSessionMaxLifespan: 14 })
   const sidecar = await sidecarFor(t, realm)
-  // Keycloak's count of the user's sessions, every two seconds: at the
-  // moment one session ends and before the next begins it may be 0, never 2.
+  // Keycloak's count of the user's sessions, every two seconds. The new
+  // session is opened before the old one lapses, so at a boundary there may be
+  // two for a moment, or none: never more, and one the rest of the time.
   const sessionCounts: number[] = []
   let sampledAt = 0
   const statuses = await traffic(sidecar, 26, async (elapsed) => {
@@ -44,7 +45,7 @@ keycloakTest('SSO Session Max shorter than the run: one password grant when the 
   t.equal(events.filter((e) => e.type === 'LOGIN').length, 2, 'the password grant at start, and once more for the new session')
   t.ok(events.filter((e) => e.type === 'REFRESH_TOKEN').length >= 3, 'refresh grants in between')
   t.ok(events.filter((e) => e.type === 'REFRESH_TOKEN_ERROR').length <= 1, 'at most the one refresh that met the end of the session')
-  t.ok(Math.max(...sessionCounts) === 1 && sessionCounts.filter((n) => n === 1).length >= sessionCounts.length - 2, `one session at a time (${sessionCounts.join(' ')})`)
+  t.ok(Math.max(...sessionCounts) <= 2 && sessionCounts.filter((n) => n === 1).length >= sessionCounts.length - 2, `one session at a time (${sessionCounts.join(' ')})`)
 })
 
 keycloakTest('a session ended in Keycloak ("Session not active"): the refresh is refused once, one password grant follows, no request fails', async (t, kc) => {
