@@ -502,6 +502,7 @@ function summarize (list, runs, startRss = {}, idleRss = {}) {
       non2xx: rs.reduce((a, r) => a + r.non2xx, 0),
       rssAfter1sMb: median(procs.map((t) => startRss[t.name])),
       idleRssMb: median(procs.map((t) => idleRss[t.name])),
+      idleRssMbByProcess: procs.map((t) => idleRss[t.name]),
       loadRssMb: procs[0].pid ? Math.max(...rs.map((r) => r.loadRss)) : undefined
     }]
   }))
@@ -545,7 +546,7 @@ function table (r) {
     '|---|---|---|---|---|---|---|---|---|---|'
   ]
   for (const [name, s] of Object.entries(r.summary)) {
-    lines.push(`| ${name} | ${f(s.rps)} | ${f(s.p50, 1)} | ${f(s.p99, 1)} | ${f(s.cpuUsPerRequest, 1)} | ${s.cpuUsPerRequestByProcess.map((x) => f(x, 1)).join(' / ')} | ${f(s.rssAfter1sMb)} | ${f(s.idleRssMb)} | ${f(s.loadRssMb)} | ${s.non2xx} |`)
+    lines.push(`| ${name} | ${f(s.rps)} | ${f(s.p50, 1)} | ${f(s.p99, 1)} | ${f(s.cpuUsPerRequest, 1)} | ${s.cpuUsPerRequestByProcess.map((x) => f(x, 1)).join(' / ')} | ${f(s.rssAfter1sMb)} | ${f(s.idleRssMb)}${s.idleRssMbByProcess.length > 1 ? ` (${s.idleRssMbByProcess.map((x) => f(x)).join(' / ')})` : ''} | ${f(s.loadRssMb)} | ${s.non2xx} |`)
   }
   const range = (x) => x === null ? '' : ` (${f(x[0], 2)}–${f(x[1], 2)} over the processes' medians)`
   const q = r.ratios
