@@ -60,7 +60,7 @@ export const LOG_FLUSH_MS = 100
  * rather than buffering without bound; what is gathered is written when the
  * process exits, and only a SIGKILL loses it.
  */
-export function stdoutDestination (): pino.DestinationStream {
+function stdoutDestination (): pino.DestinationStream {
   const destination = pino.destination({ dest: 1, sync: true, minLength: LOG_BATCH_BYTES, periodicFlush: LOG_FLUSH_MS })
   process.once('exit', () => {
     try { destination.flushSync() } catch {} // stdout already closed: nowhere left to write
