@@ -79,7 +79,10 @@ export const KC = {
   noServiceAccount: { status: 401, error: 'unauthorized_client', description: 'Client not enabled to retrieve service account' },
   badRefresh: { status: 400, error: 'invalid_grant', description: 'Invalid refresh token' },
   noProof: { status: 400, error: 'invalid_request', description: 'DPoP proof is missing' },
-  otherKey: { status: 400, error: 'invalid_dpop_proof', description: 'DPoP proof public key thumbprint does not match dpop_jkt' }
+  otherKey: { status: 400, error: 'invalid_dpop_proof', description: 'DPoP proof public key thumbprint does not match dpop_jkt' },
+  // the end-session endpoint, given a DPoP-bound (a public client's) refresh
+  // token: refused whatever proof comes with it; revocation ends the session
+  boundLogout: { status: 400, error: 'invalid_grant', description: 'DPoP proof is missing' }
 }
 
 export interface SigningKey { privateKey: KeyObject, publicKey: KeyObject, jwk: object, kid: string }

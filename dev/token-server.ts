@@ -308,6 +308,7 @@ export class TokenServer {
     if (!('clientId' in client)) return client
     const state = this.#refresh.get(form.refresh_token ?? '')
     if (state === undefined || (state.expiresAt !== undefined && state.expiresAt <= Date.now())) return kcError(KC.badRefresh)
+    if (state.jkt !== undefined) return kcError(KC.boundLogout)
     // an ended session is ended again without complaint
     state.session.active = false
     return { status: 204 }

@@ -43,7 +43,7 @@ export interface App {
   /**
    * Stops taking requests, lets in-flight ones finish (at most `graceMs`),
    * ends the auth server session when AUTH_LOGOUT_ON_SHUTDOWN allows (within
-   * what is left of `graceMs`), releases everything. Idempotent.
+   * TOKEN_TIMEOUT_MS after that), releases everything. Idempotent.
    */
   close(graceMs?: number): Promise<void>
 }

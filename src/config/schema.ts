@@ -82,7 +82,7 @@ export const properties = {
   AUTH_TOKEN_PARAMS: text('extra form parameters for every grant, name=value&name=value percent-encoded (audience, resource...); the sidecar\'s own cannot be overridden'),
   AUTH_DPOP: { type: 'boolean', description: 'DPoP-bound tokens (RFC 9449): every token request and every proxied request carries a proof signed with a key made at start, in memory only; the client must have "Require DPoP bound tokens" on', default: DEFAULT_AUTH_DPOP },
   AUTH_DPOP_ALG: text('the DPoP key\'s algorithm: ES256 (the default: as cheap to sign as EdDSA, and the most widely accepted), EdDSA, RS256 or PS256', { enum: DPOP_ALGORITHMS, default: DEFAULT_AUTH_DPOP_ALG }),
-  AUTH_LOGOUT_ON_SHUTDOWN: { type: 'boolean', description: 'on SIGTERM, after the drain, end the auth server session (end-session endpoint, or RFC 7009 revocation), best effort within TOKEN_TIMEOUT_MS and SHUTDOWN_GRACE_MS', default: DEFAULT_AUTH_LOGOUT_ON_SHUTDOWN },
+  AUTH_LOGOUT_ON_SHUTDOWN: { type: 'boolean', description: 'on SIGTERM, after the drain, end the auth server session (end-session endpoint, or RFC 7009 revocation), best effort within TOKEN_TIMEOUT_MS', default: DEFAULT_AUTH_LOGOUT_ON_SHUTDOWN },
   PROXY_HOST: text('address the proxy listens on; loopback so only the pod\'s containers can use it', { default: DEFAULT_PROXY_HOST }),
   PROXY_PORT: port('proxy port', DEFAULT_PROXY_PORT),
   PROXY_MAX_REQUESTS: { type: 'integer', description: 'most requests in progress at once; beyond it 503 {"error":"overloaded"}', default: DEFAULT_PROXY_MAX_REQUESTS, minimum: 1, maximum: 1_000_000 },

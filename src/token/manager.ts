@@ -279,7 +279,7 @@ export class TokenManager implements AuthorizationSource {
     this.#refresh = undefined
     this.#token = undefined
     this.#lateGrant = undefined
-    const { outcome, detail } = await endSession(this.#server, held, timeoutMs)
+    const { outcome, detail } = await endSession(this.#server, held, timeoutMs, this.#clock)
     const said = this.#secrets.scrub(detail)
     this.#o.onLogout?.(outcome)
     this.#o.log[outcome === 'success' || outcome === 'skipped' ? 'info' : 'warn']({ event: 'logout', outcome }, said)

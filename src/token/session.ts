@@ -1,11 +1,19 @@
 import type { AuthServer } from './auth-server.js'
+import type { Clock } from './clock.js'
 import { endSessionFields, oauthErrorOf, revocationFields, type Fields } from './grant.js'
-import type { LogoutResult } from './source.js'
+import type { LogoutOutcome, LogoutResult } from './source.js'
 
 /** What is held when the session is ended: the refresh token if any, else the access token. */
 export interface HeldSession {
   refreshToken: string | undefined
   accessToken: string | undefined
+}
+
+/** One request that may end the session. */
+interface Attempt {
+  url: string
+  fields: Fields
+  endpoint: 'end-session endpoint' | 'revocation endpoint'
 }
 
 /**
@@ -15,48 +23,68 @@ export interface HeldSession {
  * revocation where discovery offers it. Every password grant opens a
  * Keycloak user session that would otherwise outlive the process until SSO
  * Session Idle, so a restarting fleet would pile them up.
+ *
+ * An end-session endpoint that refuses is followed by revocation of the
+ * refresh token, when a revocation endpoint is known: Keycloak's end-session
+ * endpoint refuses a DPoP-bound refresh token (a public client's) whatever
+ * proof comes with it, and its revocation endpoint ends the same session.
  */
-export async function endSession (server: AuthServer, held: HeldSession, timeoutMs: number): Promise<LogoutResult> {
+export async function endSession (server: AuthServer, held: HeldSession, timeoutMs: number, clock: Pick<Clock, 'now'>): Promise<LogoutResult> {
   const { refreshToken, accessToken } = held
   if (refreshToken === undefined && accessToken === undefined) return { outcome: 'skipped', detail: 'no session to end: no token was obtained' }
-  const endSessionUrl = server.endpoints?.endSessionUrl ?? (server.issuerUrl === undefined ? keycloakLogoutUrl(server.tokenUrl) : undefined)
-  const revocationUrl = server.endpoints?.revocationUrl
-  let url: string
-  let fields: Fields
-  let endpoint: string
+  // without discovery, Keycloak's layout: the token URL's siblings
+  const derived = server.issuerUrl === undefined
+  const endSessionUrl = server.endpoints?.endSessionUrl ?? (derived ? keycloakEndpointUrl(server.tokenUrl, 'logout') : undefined)
+  const attempts: Attempt[] = []
   if (refreshToken !== undefined && endSessionUrl !== undefined) {
-    url = endSessionUrl
-    fields = endSessionFields(refreshToken)
-    endpoint = 'end-session endpoint'
-  } else if (revocationUrl !== undefined) {
-    url = revocationUrl
-    fields = revocationFields(refreshToken ?? accessToken!, refreshToken !== undefined ? 'refresh_token' : 'access_token')
-    endpoint = 'revocation endpoint'
-  } else if (refreshToken === undefined) {
-    return { outcome: 'skipped', detail: 'no session to end: no refresh token was issued and the server offers no revocation endpoint' }
-  } else {
-    return { outcome: 'skipped', detail: 'session left open: no end-session endpoint is known (the token URL does not end in /token; set AUTH_ISSUER_URL)' }
+    attempts.push({ url: endSessionUrl, fields: endSessionFields(refreshToken), endpoint: 'end-session endpoint' })
   }
-  try {
-    const res = await server.postForm(url, fields, timeoutMs)
-    if (res.status >= 200 && res.status < 300) return { outcome: 'success', detail: `session ended: the ${endpoint} ${url} answered ${res.status}` }
-    const answer = oauthErrorOf(res)
+  // A derived revocation URL only follows a refusal: alone, it would be a
+  // guess sent to every server whose token URL ends in /token.
+  const revocationUrl = server.endpoints?.revocationUrl ?? (derived && attempts.length > 0 ? keycloakEndpointUrl(server.tokenUrl, 'revoke') : undefined)
+  if (revocationUrl !== undefined) {
+    attempts.push({ url: revocationUrl, fields: revocationFields(refreshToken ?? accessToken!, refreshToken !== undefined ? 'refresh_token' : 'access_token'), endpoint: 'revocation endpoint' })
+  }
+  if (attempts.length === 0) {
+    return refreshToken === undefined
+      ? { outcome: 'skipped', detail: 'no session to end: no refresh token was issued and the server offers no revocation endpoint' }
+      : { outcome: 'skipped', detail: 'session left open: no end-session endpoint is known (the token URL does not end in /token; set AUTH_ISSUER_URL)' }
+  }
+
+  const deadline = clock.now() + timeoutMs
+  const refusals: string[] = []
+  let outcome: LogoutOutcome = 'error'
+  for (const { url, fields, endpoint } of attempts) {
+    const left = refusals.length === 0 ? timeoutMs : Math.round(deadline - clock.now())
+    if (left <= 0) break
+    let status: number
+    let answer: ReturnType<typeof oauthErrorOf>
+    try {
+      const res = await server.postForm(url, fields, left)
+      status = res.status
+      answer = oauthErrorOf(res)
+    } catch (err) {
+      // unreachable or timed out: another request to the same server would fare no better
+      return { outcome: 'error', detail: `session not ended: ${[...refusals, (err as Error).message].join('; ')}` }
+    }
+    const what = `the ${endpoint} ${url} answered ${status}`
+    if (status >= 200 && status < 300) {
+      return { outcome: 'success', detail: `session ended: ${what}${refusals.length === 0 ? '' : `, after ${refusals.join('; ')}`}` }
+    }
     const error = answer.error?.slice(0, 100)
     const description = answer.description
-    const what = `the ${endpoint} ${url} answered ${res.status}${error === undefined ? '' : ` ${error}${description === '' ? '' : ` (${description})`}`}`
-    return res.status >= 400 && res.status < 500 && error !== undefined
-      ? { outcome: 'rejected', detail: `session not ended: ${what}` }
-      : { outcome: 'error', detail: `session not ended: ${what}${res.status === 404 || res.status === 405 ? ' (no such endpoint on this server: set AUTH_LOGOUT_ON_SHUTDOWN=false, or AUTH_ISSUER_URL)' : ''}` }
-  } catch (err) {
-    return { outcome: 'error', detail: `session not ended: ${(err as Error).message}` }
+    const rejected = status >= 400 && status < 500 && error !== undefined
+    outcome = rejected ? 'rejected' : 'error'
+    refusals.push(`${what}${error === undefined ? '' : ` ${error}${description === '' ? '' : ` (${description})`}`}${!rejected && (status === 404 || status === 405) ? ' (no such endpoint on this server: set AUTH_LOGOUT_ON_SHUTDOWN=false, or AUTH_ISSUER_URL)' : ''}`)
   }
+  return { outcome, detail: `session not ended: ${refusals.join('; ')}` }
 }
 
-/** Keycloak's end-session endpoint: the token URL with its last segment `token` replaced by `logout`. */
-export function keycloakLogoutUrl (tokenUrl: string | undefined): string | undefined {
+/** One of Keycloak's OpenID Connect endpoints: the token URL with its last segment `token` replaced by `name`. */
+export function keycloakEndpointUrl (tokenUrl: string | undefined, name: 'logout' | 'revoke'): string | undefined {
   if (tokenUrl === undefined) return undefined
   const url = new URL(tokenUrl)
   if (!url.pathname.endsWith('/token')) return undefined
-  url.pathname = `${url.pathname.slice(0, -'token'.length)}logout`
+  url.pathname = `${url.pathname.slice(0, -'token'.length)}${name}`
   return url.href
 }

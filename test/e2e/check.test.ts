@@ -198,13 +198,14 @@ t.test('check: discovery that fails is its own step, exit 3', async (t) => {
   t.equal(s.tokenServer.grants.length, 0, 'no grant after a failed discovery')
 })
 
-t.test('check: an end-session endpoint that fails is its own step, exit 6, after the other steps passed', async (t) => {
-  // the grant is answered as usual, the end-session request with a 500
-  const s = await servers(t, {}, [{ delayMs: 0 }, { status: 500, body: '{"error":"unknown_error"}' }])
+t.test('check: a session that cannot be ended is its own step, exit 6, after the other steps passed', async (t) => {
+  // the grant is answered as usual, the end-session and revocation requests with a 500
+  const failure = { status: 500, body: '{"error":"unknown_error"}' }
+  const s = await servers(t, {}, [{ delayMs: 0 }, failure, failure])
   const { code, lines, output } = await check(s.env)
   t.equal(code, CHECK_EXIT.session, output)
   t.match(lines.at(-2), /^ok {3}upstream:/)
-  t.match(lines.at(-1), /^FAIL session: session not ended: the end-session endpoint .*\/logout answered 500 unknown_error/)
+  t.match(lines.at(-1), /^FAIL session: session not ended: the end-session endpoint .*\/logout answered 500 unknown_error; the revocation endpoint .*\/revoke answered 500 unknown_error/)
   noSecrets(t, output, s.tokenServer)
 })
 

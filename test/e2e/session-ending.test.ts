@@ -60,11 +60,25 @@ t.test('client_credentials without a refresh token: revoked at the discovered re
   t.equal(d.tokenServer.verify(`Bearer ${token}`).ok, false, 'the token no longer works')
 })
 
-t.test('an end-session answer that echoes the credentials is scrubbed from the log', async (t) => {
+t.test('a public client in DPoP mode, its refresh token bound: the end-session endpoint refuses it, revocation ends the session', async (t) => {
+  const h = await build(t, { AUTH_DPOP: 'true', AUTH_CLIENT_SECRET: '' }, { clients: { 'legacy-app': undefined }, dpop: { required: true } })
+  await until(() => h.app.tokens.ready())
+  await h.app.close(2_000)
+  t.same(h.tokenServer.logouts.map((l) => [l.endpoint, l.status, l.form.token_type_hint]), [['logout', 400, undefined], ['revoke', 200, 'refresh_token']])
+  t.equal(h.tokenServer.activeSessions(), 0, 'no session left behind')
+  t.match(h.log.records().find((r) => r.event === 'logout')!, {
+    outcome: 'success',
+    msg: /^session ended: the revocation endpoint \S+\/protocol\/openid-connect\/revoke answered 200, after the end-session endpoint \S+\/logout answered 400 invalid_grant \(DPoP proof is missing\)$/
+  })
+})
+
+t.test('end-session and revocation answers that echo the credentials are scrubbed from the log', async (t) => {
   const h = await build(t)
   await until(() => h.app.tokens.ready())
-  h.tokenServer.faults.push({ status: 400, body: JSON.stringify({ error: 'invalid_request', error_description: `bad form client_secret=${CLIENT_SECRET}&password=${PASSWORD}` }) })
+  const echo = { status: 400, body: JSON.stringify({ error: 'invalid_request', error_description: `bad form client_secret=${CLIENT_SECRET}&password=${PASSWORD}` }) }
+  h.tokenServer.faults.push(echo, echo)
   await h.app.close(2_000)
+  t.same(h.tokenServer.logouts.map((l) => l.endpoint), ['logout', 'revoke'])
   const line = h.log.records().find((r) => r.event === 'logout')!
   t.equal(line.outcome, 'rejected')
   t.notMatch(h.log.lines.join('\n'), CLIENT_SECRET)

@@ -1,6 +1,7 @@
 import type { PostForm, TokenEndpointResponse } from '../../src/token/grant.js'
 
 export interface Call {
+  url: string
   form: Record<string, string>
   signal: AbortSignal
 }
@@ -44,9 +45,9 @@ export class ScriptedEndpoint {
   inflight = 0
   maxInflight = 0
 
-  readonly post: PostForm = (_url, form, signal) => {
+  readonly post: PostForm = (url, form, signal) => {
     const parsed = Object.fromEntries(new URLSearchParams(form))
-    this.calls.push({ form: parsed, signal })
+    this.calls.push({ url, form: parsed, signal })
     const answer = this.queue.length > 0 ? this.queue.shift()! : this.fallback()
     this.answers.push(answer)
     this.inflight += 1

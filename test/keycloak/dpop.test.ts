@@ -51,6 +51,58 @@ keycloakTest('DPoP against Keycloak: bound tokens, renewed by the refresh grant,
   t.notMatch(sidecar.run.stdout.join('\n'), new RegExp(`${PASSWORD}|${SECRET}|eyJ`), 'no secret, token or proof logged')
 })
 
+keycloakTest('DPoP with a public client against Keycloak: its refresh tokens bound too, renewed with the sidecar\'s EdDSA proofs; the session ended on shutdown', async (t, kc) => {
+  const realm = await kc.root.realm(t, { accessTokenLifespan: 3 })
+  await realm.updateClient('public-app', { attributes: { 'dpop.bound.access.tokens': 'true' } })
+  const sidecar = await spawnSidecar(t, `${realm.issuer}/protocol/openid-connect`, '', PASSWORD, {
+    AUTH_ISSUER_URL: realm.issuer,
+    AUTH_CLIENT_ID: 'public-app',
+    AUTH_DPOP: 'true',
+    AUTH_DPOP_ALG: 'EdDSA',
+    AUTH_SCOPE: 'openid'
+  })
+  await untilReady(sidecar)
+  const statuses: number[] = []
+  for (let i = 0; i < 24; i++) {
+    statuses.push((await send(`${sidecar.proxyUrl}/userinfo`)).status)
+    await new Promise((resolve) => setTimeout(resolve, 250))
+  }
+  t.same([...new Set(statuses)], [200], 'every request\'s proof accepted by userinfo')
+  const refreshes = await realm.events(['REFRESH_TOKEN', 'REFRESH_TOKEN_ERROR'])
+  t.ok(refreshes.length >= 2 && refreshes.every((e) => e.type === 'REFRESH_TOKEN'), `${refreshes.length} refresh grants of bound refresh tokens, none refused`)
+  t.equal((await realm.events(['LOGIN'])).length, 1, 'one password grant')
+
+  sidecar.run.child.kill('SIGTERM')
+  t.equal(await sidecar.run.exited, 0)
+  t.same(await realm.sessions('service-user'), [], 'the session ended')
+  t.match(sidecar.run.stdout.find((l) => l.includes('"event":"logout"')), /"outcome":"success"/)
+  t.notMatch(sidecar.run.stdout.join('\n'), new RegExp(`${PASSWORD}|eyJ`), 'no password, token or proof logged')
+})
+
+keycloakTest('check with a public client and each RSA proof algorithm against Keycloak: bound tokens, proofs accepted, the session ended', async (t, kc) => {
+  const realm = await kc.root.realm(t)
+  await realm.updateClient('public-app', { attributes: { 'dpop.bound.access.tokens': 'true' } })
+  for (const alg of ['RS256', 'PS256']) {
+    const run = start({
+      BASE_URL: `${realm.issuer}/protocol/openid-connect`,
+      AUTH_ISSUER_URL: realm.issuer,
+      AUTH_CLIENT_ID: 'public-app',
+      AUTH_USERNAME: 'service-user',
+      AUTH_PASSWORD: PASSWORD,
+      AUTH_DPOP: 'true',
+      AUTH_DPOP_ALG: alg,
+      AUTH_SCOPE: 'openid'
+    }, root, ['check', '--path', '/userinfo'])
+    const code = await run.exited
+    const output = run.stdout.join('\n')
+    t.equal(code, 0, output)
+    t.match(output, new RegExp(`ok {3}grant: .*; token_type DPoP, bound to the sidecar's ${alg} key [A-Za-z0-9_-]{43}, its cnf\\.jkt names it`))
+    t.match(output, /ok {3}upstream: GET \S+\/userinfo answered 200 in \d+ ms: reached, DPoP-bound token and proof accepted/)
+    t.match(output, /ok {3}session: session ended/)
+    t.same(await realm.sessions('service-user'), [], `${alg}: no session left`)
+  }
+})
+
 keycloakTest('a client that requires DPoP and a sidecar without AUTH_DPOP: Keycloak\'s refusal, and what to set', async (t, kc) => {
   const realm = await dpopRealm(t, kc)
   const { AUTH_DPOP: _, ...bearer } = SETTINGS(realm)

@@ -2,7 +2,7 @@ import t from 'tap'
 import { checkDiscovery } from '../../src/token/discovery.js'
 import { ClientAuthenticator } from '../../src/token/client-auth.js'
 import { buildRequest, clientCredentialsGrant, endSessionFields, GrantError, passwordGrant, refreshGrant, revocationFields } from '../../src/token/grant.js'
-import { keycloakLogoutUrl } from '../../src/token/session.js'
+import { keycloakEndpointUrl } from '../../src/token/session.js'
 
 const post = new ClientAuthenticator({ clientId: 'legacy-app', clientAuth: 'client_secret_post' })
 const creds = { clientSecret: 's3cret' }
@@ -37,10 +37,11 @@ t.test('end-session and revocation requests carry the client and the token, not 
   t.same(fields(buildRequest(client, revocationFields('a1', 'access_token')).form), [['token', 'a1'], ['token_type_hint', 'access_token'], ['client_id', 'legacy-app'], ['client_secret', 's3cret']])
 })
 
-t.test('Keycloak\'s end-session endpoint is the token URL with token replaced by logout', async (t) => {
-  t.equal(keycloakLogoutUrl('https://kc/realms/r/protocol/openid-connect/token'), 'https://kc/realms/r/protocol/openid-connect/logout')
-  t.equal(keycloakLogoutUrl('https://kc/oauth2/v1/tokens'), undefined)
-  t.equal(keycloakLogoutUrl(undefined), undefined)
+t.test('Keycloak\'s end-session and revocation endpoints are the token URL with token replaced by logout or revoke', async (t) => {
+  t.equal(keycloakEndpointUrl('https://kc/realms/r/protocol/openid-connect/token', 'logout'), 'https://kc/realms/r/protocol/openid-connect/logout')
+  t.equal(keycloakEndpointUrl('https://kc/realms/r/protocol/openid-connect/token', 'revoke'), 'https://kc/realms/r/protocol/openid-connect/revoke')
+  t.equal(keycloakEndpointUrl('https://kc/oauth2/v1/tokens', 'logout'), undefined)
+  t.equal(keycloakEndpointUrl(undefined, 'logout'), undefined)
 })
 
 t.test('discovery: the issuer must match; an https issuer\'s endpoints must be https', async (t) => {

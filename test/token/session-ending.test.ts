@@ -1,0 +1,102 @@
+import t, { type Test } from 'tap'
+import { SecretScrubber } from '../../src/secrets.js'
+import { AuthServer } from '../../src/token/auth-server.js'
+import { ClientAuthenticator } from '../../src/token/client-auth.js'
+import type { TokenEndpointResponse } from '../../src/token/grant.js'
+import { TokenManager } from '../../src/token/manager.js'
+import { FakeClock, settle } from '../helpers/fake-clock.js'
+import { captureLogger } from '../helpers/log.js'
+import { keycloakError, ScriptedEndpoint, tokenAnswer } from '../helpers/scripted-endpoint.js'
+
+const TOKEN_URL = 'https://sso.invalid/realms/r/protocol/openid-connect/token'
+const LOGOUT_URL = 'https://sso.invalid/realms/r/protocol/openid-connect/logout'
+const REVOKE_URL = 'https://sso.invalid/realms/r/protocol/openid-connect/revoke'
+const BOUND_REFRESH_REFUSED = (): TokenEndpointResponse => keycloakError(400, 'invalid_grant', 'DPoP proof is missing')
+
+/** A token manager holding a session, its token endpoint scripted, on a fake clock. */
+async function holding (t: Test, tokenUrl = TOKEN_URL): Promise<{ clock: FakeClock, endpoint: ScriptedEndpoint, manager: TokenManager, log: ReturnType<typeof captureLogger> }> {
+  const clock = new FakeClock()
+  const endpoint = new ScriptedEndpoint()
+  const log = captureLogger()
+  const credentials = { read: () => ({ username: 'svc', password: 'pw' }), onChange: () => {} }
+  const server = new AuthServer({
+    tokenUrl,
+    grantType: 'password',
+    client: new ClientAuthenticator({ clientId: 'public-app', clientAuth: 'client_secret_post' }),
+    extras: {},
+    credentials,
+    post: endpoint.post,
+    timeoutMs: 10_000,
+    clock,
+    log: log.logger,
+    secrets: new SecretScrubber()
+  })
+  const manager = new TokenManager({ server, credentials, log: log.logger, waitMs: 5_000, retryMinMs: 1_000, retryMaxMs: 30_000, rejectedRetryMs: 60_000, clock, secrets: new SecretScrubber() })
+  t.teardown(() => manager.stop())
+  endpoint.queue.push(tokenAnswer(300, 1800))
+  manager.start()
+  await clock.advance(0)
+  t.equal(manager.ready(), true, 'a session is held')
+  return { clock, endpoint, manager, log }
+}
+
+t.test('an end-session endpoint that refuses: the refresh token is revoked at Keycloak\'s revocation endpoint instead', async (t) => {
+  const { endpoint, manager, log } = await holding(t)
+  endpoint.queue.push(BOUND_REFRESH_REFUSED(), { status: 200, body: '' })
+  const ended = await manager.endSession(5_000)
+  const [, logout, revoke] = endpoint.calls
+  t.equal(logout!.url, LOGOUT_URL)
+  t.equal(revoke!.url, REVOKE_URL)
+  t.same(revoke!.form, { token: logout!.form.refresh_token, token_type_hint: 'refresh_token', client_id: 'public-app' }, 'the same refresh token, revoked')
+  t.equal(ended.outcome, 'success')
+  t.equal(ended.detail, `session ended: the revocation endpoint ${REVOKE_URL} answered 200, after the end-session endpoint ${LOGOUT_URL} answered 400 invalid_grant (DPoP proof is missing)`)
+  t.match(log.records().find((r) => r.event === 'logout'), { outcome: 'success', msg: ended.detail })
+  t.equal(endpoint.calls.length, 3, 'nothing else sent')
+})
+
+t.test('both refuse: not ended, and both answers said', async (t) => {
+  const { endpoint, manager } = await holding(t)
+  endpoint.queue.push(BOUND_REFRESH_REFUSED(), keycloakError(401, 'unauthorized_client', 'Invalid client or Invalid client credentials'))
+  const ended = await manager.endSession(5_000)
+  t.equal(ended.outcome, 'rejected')
+  t.equal(ended.detail, `session not ended: the end-session endpoint ${LOGOUT_URL} answered 400 invalid_grant (DPoP proof is missing); the revocation endpoint ${REVOKE_URL} answered 401 unauthorized_client (Invalid client or Invalid client credentials)`)
+})
+
+t.test('an end-session endpoint that accepts: no revocation request', async (t) => {
+  const { endpoint, manager } = await holding(t)
+  endpoint.queue.push({ status: 204, body: '' })
+  t.equal((await manager.endSession(5_000)).outcome, 'success')
+  t.same(endpoint.calls.slice(1).map((c) => c.url), [LOGOUT_URL])
+})
+
+t.test('an unreachable auth server: one request, no revocation after it', async (t) => {
+  const { endpoint, manager } = await holding(t)
+  endpoint.queue.push(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }))
+  const ended = await manager.endSession(5_000)
+  t.equal(ended.outcome, 'error')
+  t.equal(ended.detail, 'session not ended: logout request failed: ECONNREFUSED')
+  t.same(endpoint.calls.slice(1).map((c) => c.url), [LOGOUT_URL])
+})
+
+t.test('the revocation request gets only what is left of the timeout', async (t) => {
+  const { clock, endpoint, manager } = await holding(t)
+  let refuse: (res: TokenEndpointResponse) => void = () => {}
+  endpoint.queue.push({ later: new Promise((resolve) => { refuse = resolve }) }, 'hang')
+  const ending = manager.endSession(300)
+  await clock.advance(250)
+  refuse(BOUND_REFRESH_REFUSED())
+  await settle()
+  t.same(endpoint.calls.slice(1).map((c) => c.url), [LOGOUT_URL, REVOKE_URL], 'the refusal came at 250 ms of 300; revocation follows')
+  t.equal(clock.pending[0], 50, 'the revocation request is aborted at 300 ms, not 550')
+  await clock.advance(50)
+  const ended = await ending
+  t.equal(ended.outcome, 'error')
+  t.equal(ended.detail, `session not ended: the end-session endpoint ${LOGOUT_URL} answered 400 invalid_grant (DPoP proof is missing); logout request timed out after 50 ms`)
+})
+
+t.test('a token URL outside Keycloak\'s layout: no end-session endpoint to try, and no guessed revocation', async (t) => {
+  const { endpoint, manager } = await holding(t, 'https://auth.invalid/oauth2/v1/tokens')
+  const ended = await manager.endSession(5_000)
+  t.equal(ended.outcome, 'skipped')
+  t.equal(endpoint.calls.length, 1, 'only the grant')
+})
