@@ -64,3 +64,21 @@ keycloakTest('a session ended in Keycloak ("Session not active"): the refresh is
   t.same(events.map((e) => e.type), ['LOGIN', 'REFRESH_TOKEN_ERROR', 'LOGIN'], 'refused once, then one password grant')
   t.ok(sidecar.run.stdout.some((l) => l.includes('Session not active') && l.includes('falling back to the password grant')), 'the log says why')
 })
+
+keycloakTest('offline_access: refresh_expires_in 0 is no lapse, refreshes outlive SSO Session Max, the offline session ends on shutdown', async (t, kc) => {
+  const realm = await kc.root.realm(t, { accessTokenLifespan: 4, ssoSessionMaxLifespan: 8 })
+  const api = await resourceServer(t, realm.issuer, realm.jwksUrl)
+  const sidecar = await spawnSidecar(t, api.url, '', PASSWORD, { AUTH_ISSUER_URL: realm.issuer, AUTH_CLIENT_SECRET: 'legacy-app-secret-8f2d', AUTH_SCOPE: 'openid offline_access' })
+  await untilReady(sidecar)
+  const statuses = await traffic(sidecar, 14)
+  t.same([...new Set(statuses)], [200], `${statuses.length} requests over 14 s, past the 8 s SSO Session Max, every one 200`)
+  const grants = sidecar.run.stdout.filter((l) => l.includes('"event":"token"') && l.includes('"outcome":"success"')).map((l) => JSON.parse(l) as { grant: string, refreshExpiresIn: number })
+  t.equal(grants[0]?.refreshExpiresIn, 0, 'Keycloak said refresh_expires_in 0')
+  t.same([...new Set(grants.slice(1).map((g) => g.grant))], ['refresh_token'], `${grants.length - 1} renewals, every one a refresh grant`)
+  t.equal((await realm.events(['LOGIN'])).length, 1, 'one password grant')
+  t.equal((await realm.sessions('service-user', true)).length, 1, 'an offline session')
+
+  sidecar.run.child.kill('SIGTERM')
+  t.equal(await sidecar.run.exited, 0)
+  t.same(await realm.sessions('service-user', true), [], 'the offline session ended')
+})
