@@ -192,3 +192,19 @@ export async function untilReady (s: SpawnedSidecar): Promise<void> {
   await untilToken(s.run)
   if ((await send(`${s.adminUrl}/readyz`)).status !== 200) throw new Error('sidecar not ready')
 }
+
+/**
+ * Steady traffic through a spawned sidecar: a GET of `path` every 200 ms
+ * (after each answer) for `seconds`; `during` runs after each one with the
+ * time elapsed. Resolves with the statuses, in order.
+ */
+export async function traffic (s: SpawnedSidecar, seconds: number, options: { path?: string, during?: (elapsedMs: number) => Promise<void> } = {}): Promise<number[]> {
+  const statuses: number[] = []
+  const started = Date.now()
+  while (Date.now() - started < seconds * 1000) {
+    statuses.push((await send(`${s.proxyUrl}${options.path ?? '/r'}`)).status)
+    await options.during?.(Date.now() - started)
+    await new Promise((resolve) => setTimeout(resolve, 200))
+  }
+  return statuses
+}

@@ -1,6 +1,5 @@
-import { send } from '../helpers/build.js'
 import { keycloakTest } from '../helpers/keycloak.js'
-import { spawnSidecar, untilReady } from '../helpers/process.js'
+import { spawnSidecar, traffic, untilReady } from '../helpers/process.js'
 import { resourceServer } from '../helpers/resource-server.js'
 
 const SERVICE_SECRET = 'service-app-secret-3c7a'
@@ -19,11 +18,7 @@ for (const clientAuth of ['client_secret_post', 'client_secret_basic'] as const)
       AUTH_PASSWORD: ''
     })
     await untilReady(sidecar)
-    const statuses: number[] = []
-    for (let i = 0; i < 30; i++) {
-      statuses.push((await send(`${sidecar.proxyUrl}/r`)).status)
-      await new Promise((resolve) => setTimeout(resolve, 200))
-    }
+    const statuses = await traffic(sidecar, 6)
     t.same([...new Set(statuses)], [200])
     t.same(new Set(api.verdicts.map((v) => v.claims?.azp)), new Set(['service-app']), 'tokens of the service account')
     t.ok(new Set(api.verdicts.map((v) => v.token)).size >= 2, 'renewed while running')

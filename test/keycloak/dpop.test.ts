@@ -1,6 +1,6 @@
 import { send, until } from '../helpers/build.js'
 import { keycloakTest, type Realm } from '../helpers/keycloak.js'
-import { root, spawnSidecar, start, untilReady } from '../helpers/process.js'
+import { root, spawnSidecar, start, traffic, untilReady } from '../helpers/process.js'
 
 const SECRET = 'legacy-app-secret-8f2d'
 const PASSWORD = 'service-user-password-5e1f'
@@ -62,12 +62,8 @@ keycloakTest('DPoP with a public client against Keycloak: its refresh tokens bou
     AUTH_SCOPE: 'openid'
   })
   await untilReady(sidecar)
-  const statuses: number[] = []
-  for (let i = 0; i < 24; i++) {
-    statuses.push((await send(`${sidecar.proxyUrl}/userinfo`)).status)
-    await new Promise((resolve) => setTimeout(resolve, 250))
-  }
-  t.same([...new Set(statuses)], [200], 'every request\'s proof accepted by userinfo')
+  const statuses = await traffic(sidecar, 6, { path: '/userinfo' })
+  t.same([...new Set(statuses)], [200], `${statuses.length} requests, every proof accepted by userinfo`)
   const refreshes = await realm.events(['REFRESH_TOKEN', 'REFRESH_TOKEN_ERROR'])
   t.ok(refreshes.length >= 2 && refreshes.every((e) => e.type === 'REFRESH_TOKEN'), `${refreshes.length} refresh grants of bound refresh tokens, none refused`)
   t.equal((await realm.events(['LOGIN'])).length, 1, 'one password grant')

@@ -1,6 +1,6 @@
 import { send } from '../helpers/build.js'
 import { keycloakTest, type KeycloakServer } from '../helpers/keycloak.js'
-import { spawnSidecar, untilReady, untilToken } from '../helpers/process.js'
+import { spawnSidecar, traffic, untilReady, untilToken } from '../helpers/process.js'
 import { resourceServer } from '../helpers/resource-server.js'
 import type { Test } from 'tap'
 
@@ -23,12 +23,7 @@ async function renewalsThenShutdown (t: Test, server: KeycloakServer): Promise<v
   await untilReady(sidecar)
 
   t.same((await realm.sessions('service-user')).length, 1, 'one Keycloak session once the sidecar is ready')
-  const statuses: number[] = []
-  const deadline = Date.now() + RUN_SECONDS * 1000
-  while (Date.now() < deadline) {
-    statuses.push((await send(`${sidecar.proxyUrl}/orders?page=1`)).status)
-    await new Promise((resolve) => setTimeout(resolve, 200))
-  }
+  const statuses = await traffic(sidecar, RUN_SECONDS, { path: '/orders?page=1' })
   t.same([...new Set(statuses)], [200], `${statuses.length} requests, every one 200`)
 
   // what the resource server saw: only valid tokens of the realm, several of them

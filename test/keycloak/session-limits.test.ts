@@ -1,7 +1,6 @@
 import type { Test } from 'tap'
-import { send } from '../helpers/build.js'
 import { keycloakTest, type Realm } from '../helpers/keycloak.js'
-import { spawnSidecar, untilReady, type SpawnedSidecar } from '../helpers/process.js'
+import { spawnSidecar, traffic, untilReady, type SpawnedSidecar } from '../helpers/process.js'
 import { resourceServer } from '../helpers/resource-server.js'
 
 const PASSWORD = 'service-user-password-5e1f'
@@ -13,18 +12,6 @@ async function sidecarFor (t: Test, realm: Realm): Promise<SpawnedSidecar> {
   return sidecar
 }
 
-/** Requests every 200 ms for `seconds`: their statuses. */
-async function traffic (sidecar: SpawnedSidecar, seconds: number, during?: (elapsed: number) => Promise<void>): Promise<number[]> {
-  const statuses: number[] = []
-  const started = Date.now()
-  while (Date.now() - started < seconds * 1000) {
-    statuses.push((await send(`${sidecar.proxyUrl}/r`)).status)
-    await during?.(Date.now() - started)
-    await new Promise((resolve) => setTimeout(resolve, 200))
-  }
-  return statuses
-}
-
 keycloakTest('SSO Session Max shorter than the run: one password grant when the session runs out, no request fails', async (t, kc) => {
   const realm = await kc.root.realm(t, { accessTokenLifespan: 6, ssoSessionMaxLifespan: 14 })
   const sidecar = await sidecarFor(t, realm)
@@ -33,10 +20,12 @@ keycloakTest('SSO Session Max shorter than the run: one password grant when the 
   // two for a moment, or none: never more, and one the rest of the time.
   const sessionCounts: number[] = []
   let sampledAt = 0
-  const statuses = await traffic(sidecar, 26, async (elapsed) => {
-    if (elapsed - sampledAt < 2_000) return
-    sampledAt = elapsed
-    sessionCounts.push((await realm.sessions('service-user')).length)
+  const statuses = await traffic(sidecar, 26, {
+    during: async (elapsed) => {
+      if (elapsed - sampledAt < 2_000) return
+      sampledAt = elapsed
+      sessionCounts.push((await realm.sessions('service-user')).length)
+    }
   })
   t.same([...new Set(statuses)], [200], `${statuses.length} requests, every one 200`)
   // what the sidecar met, should a request have failed
@@ -54,10 +43,12 @@ keycloakTest('a session ended in Keycloak ("Session not active"): the refresh is
   const realm = await kc.root.realm(t, { accessTokenLifespan: 6 })
   const sidecar = await sidecarFor(t, realm)
   let ended = false
-  const statuses = await traffic(sidecar, 16, async (elapsed) => {
-    if (ended || elapsed < 5_000) return
-    ended = true
-    await realm.api('POST', `/users/${await realm.userId('service-user')}/logout`)
+  const statuses = await traffic(sidecar, 16, {
+    during: async (elapsed) => {
+      if (ended || elapsed < 5_000) return
+      ended = true
+      await realm.api('POST', `/users/${await realm.userId('service-user')}/logout`)
+    }
   })
   t.same([...new Set(statuses)], [200], `${statuses.length} requests, every one 200`)
   const events = await realm.events(['LOGIN', 'REFRESH_TOKEN_ERROR'])
