@@ -56,7 +56,10 @@ export async function endSession (server: AuthServer, held: HeldSession, timeout
   let outcome: LogoutOutcome = 'error'
   for (const { url, fields, endpoint } of attempts) {
     const left = refusals.length === 0 ? timeoutMs : Math.round(deadline - clock.now())
-    if (left <= 0) break
+    if (left <= 0) {
+      refusals.push(`no time left for the ${endpoint} ${url}`)
+      break
+    }
     let status: number
     let answer: ReturnType<typeof oauthErrorOf>
     try {

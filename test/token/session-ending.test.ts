@@ -94,6 +94,18 @@ t.test('the revocation request gets only what is left of the timeout', async (t)
   t.equal(ended.detail, `session not ended: the end-session endpoint ${LOGOUT_URL} answered 400 invalid_grant (DPoP proof is missing); logout request timed out after 50 ms`)
 })
 
+t.test('a refusal that took the whole timeout: no revocation request, and the log says why', async (t) => {
+  const { clock, endpoint, manager } = await holding(t)
+  let refuse: (res: TokenEndpointResponse) => void = () => {}
+  endpoint.queue.push({ later: new Promise((resolve) => { refuse = resolve }) })
+  const ending = manager.endSession(300)
+  await clock.advance(300)
+  refuse(BOUND_REFRESH_REFUSED())
+  const ended = await ending
+  t.equal(ended.detail, `session not ended: the end-session endpoint ${LOGOUT_URL} answered 400 invalid_grant (DPoP proof is missing); no time left for the revocation endpoint ${REVOKE_URL}`)
+  t.same(endpoint.calls.slice(1).map((c) => c.url), [LOGOUT_URL])
+})
+
 t.test('a token URL outside Keycloak\'s layout: no end-session endpoint to try, and no guessed revocation', async (t) => {
   const { endpoint, manager } = await holding(t, 'https://auth.invalid/oauth2/v1/tokens')
   const ended = await manager.endSession(5_000)
