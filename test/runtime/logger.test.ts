@@ -28,10 +28,12 @@ t.test('a quiet process writes a line within LOG_FLUSH_MS, not only once a batch
   t.teardown(() => { child.kill('SIGKILL') })
   let spawned = 0
   child.once('spawn', () => { spawned = Date.now() })
+  let giveUp: NodeJS.Timeout | undefined
   const line = await new Promise<string>((resolve) => {
     child.stdout.once('data', (d: Buffer) => resolve(String(d)))
-    setTimeout(() => resolve('{"msg":"nothing while the process ran"}'), 8_000)
+    giveUp = setTimeout(() => resolve('{"msg":"nothing while the process ran"}'), 8_000)
   })
+  clearTimeout(giveUp)
   const waited = Date.now() - spawned
   t.equal((JSON.parse(line) as { msg: string }).msg, 'token obtained')
   t.ok(child.exitCode === null, 'written while the process runs on')
