@@ -1,3 +1,4 @@
+import { EventEmitter } from 'node:events'
 import type { AddressInfo } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import type { Dispatcher } from 'undici'
@@ -6,27 +7,25 @@ import { buildAdmin } from './admin/server.js'
 import { createMetrics, type Metrics } from './admin/metrics.js'
 import { CredentialStore } from './config/credentials.js'
 import type { Config } from './config/load.js'
-import { createDispatcher } from './dispatcher.js'
-import { buildProxy } from './proxy/server.js'
-import { UpstreamDispatcher } from './proxy/upstream.js'
+import { createDispatcher, websocketEgress } from './dispatcher.js'
+import type { ProxyEvents } from './proxy/context.js'
+import { proxyRoute } from './proxy/route.js'
+import { buildListener, FORWARDED_METHODS } from './proxy/server.js'
+import { UpstreamSlots } from './proxy/upstream-slots.js'
 import { SecretScrubber } from './secrets.js'
-import { AuthServer } from './token/auth-server.js'
-import { BasicAuthorization } from './token/basic.js'
+import { BasicCredential } from './token/basic.js'
 import { ClientAuthenticator } from './token/client-auth.js'
 import { systemClock, type Clock } from './token/clock.js'
 import { DpopKey } from './token/dpop.js'
-import type { GetJson, PostForm } from './token/grant.js'
-import { createGetJson, createPostForm } from './token/http.js'
+import { createAuthHttp, type AuthHttp } from './token/http.js'
 import { TokenManager } from './token/manager.js'
-import type { AuthorizationSource } from './token/source.js'
+import { OAuthClient } from './token/oauth-client.js'
 
 export interface AppDeps {
   logger: pino.Logger
   clock?: Clock
-  /** replaces the HTTP client of the token endpoint (tests) */
-  post?: PostForm
-  /** replaces the HTTP client of discovery (tests) */
-  get?: GetJson
+  /** replaces the HTTP client of the auth server (tests) */
+  http?: AuthHttp
   /** replaces the 60 s limit for a client's request headers (tests) */
   headersTimeoutMs?: number
 }
@@ -34,8 +33,11 @@ export interface AppDeps {
 export interface App {
   proxy: FastifyInstance
   admin: FastifyInstance
-  tokens: AuthorizationSource
+  /** the default route's credential */
+  credential: TokenManager | BasicCredential
   metrics: Metrics
+  /** what happens in the proxy: each answer, each failure of the upstream */
+  events: EventEmitter<ProxyEvents>
   /** known secret values (credentials, tokens, a proxy's password), for texts shown to people */
   secrets: SecretScrubber
   /** Starts the token lifecycle and both listeners; resolves with their addresses. */
@@ -76,19 +78,6 @@ export const KEEPALIVE_ANNOUNCED_MAX_MS = 60_000
 /** Builds the proxy and admin servers without listening. */
 export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   const { logger } = deps
-  const credentials = new CredentialStore(config.credentials)
-  const upstreamPool = createDispatcher(config.egress, config.upstream.origin, {
-    connections: config.upstream.connections,
-    // UPSTREAM_KEEPALIVE_MS when the upstream does not say how long it keeps
-    // an idle connection; when it does (`Keep-Alive: timeout=N`), undici
-    // keeps it N less 2 s, up to KEEPALIVE_ANNOUNCED_MAX_MS.
-    keepAliveTimeout: config.upstream.keepAliveMs,
-    keepAliveMaxTimeout: Math.max(config.upstream.keepAliveMs, KEEPALIVE_ANNOUNCED_MAX_MS),
-    headersTimeout: config.upstream.timeoutMs,
-    bodyTimeout: config.upstream.idleTimeoutMs
-  })
-  let tokenDispatcher: Dispatcher | undefined
-
   const secrets = new SecretScrubber()
   for (const proxyUrl of [config.egress.httpProxy, config.egress.httpsProxy]) {
     if (proxyUrl === undefined) continue
@@ -98,99 +87,91 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     if (password !== '') secrets.add(decodeURIComponent(username))
   }
 
-  let tokens: AuthorizationSource
-  let metrics: Metrics
-  const dpopMode = config.auth.mode === 'oauth2' && config.auth.dpop !== undefined
-  if (config.auth.mode === 'oauth2') {
-    let { post, get } = deps
-    if (post === undefined || get === undefined) {
-      tokenDispatcher = createDispatcher(config.egress, undefined, { connections: 2, keepAliveTimeout: 4_000 })
-      post ??= createPostForm(tokenDispatcher)
-      get ??= createGetJson(tokenDispatcher)
-    }
-    const { tokenUrl, issuerUrl, alternateTokenUrl, grantType, clientAuth, clientId, clientKeyAlg, clientKeyId, scope, params, dpop } = config.auth
-    const clock = deps.clock ?? systemClock
-    const server = new AuthServer({
-      ...(tokenUrl !== undefined && { tokenUrl }),
-      ...(issuerUrl !== undefined && { issuerUrl }),
-      ...(alternateTokenUrl !== undefined && { alternateTokenUrl }),
-      grantType,
-      client: new ClientAuthenticator({
-        clientId,
-        clientAuth,
-        ...(clientKeyAlg !== undefined && { keyAlg: clientKeyAlg }),
-        ...(clientKeyId !== undefined && { keyId: clientKeyId })
-      }),
-      extras: { params, ...(scope !== undefined && { scope }) },
-      credentials,
-      post,
-      get,
-      timeoutMs: config.token.timeoutMs,
-      ...(dpop !== undefined && { dpop: await DpopKey.generate(dpop) }),
-      clock,
-      log: logger.child({ component: 'token' }),
-      secrets,
-      onGrant: (grant, outcome) => metrics.grant(grant, outcome)
-    })
-    tokens = new TokenManager({
-      server,
-      credentials,
-      log: logger.child({ component: 'token' }),
-      waitMs: config.token.waitMs,
-      retryMinMs: config.token.retryMinMs,
-      retryMaxMs: config.token.retryMaxMs,
-      rejectedRetryMs: config.token.rejectedRetryMs,
-      clock,
-      onLogout: (outcome) => metrics.logout(outcome),
-      secrets
-    })
-  } else {
-    tokens = new BasicAuthorization(credentials)
-  }
-  metrics = createMetrics(() => tokens.expiresInSeconds(), () => tokens.ready(), dpopMode)
-  const origin = config.upstream.origin
-  const upstreamDispatcher = new UpstreamDispatcher(upstreamPool, config.upstream.timeoutMs,
-    dpopMode ? (authorization, method, path) => tokens.proof(authorization, method, origin + path) : undefined)
+  const store = new CredentialStore(config.credentials)
+  let tokenDispatcher: Dispatcher | undefined
+  const http = deps.http ?? createAuthHttp(tokenDispatcher = createDispatcher(config.egress, undefined, { connections: 2, keepAliveTimeout: 4_000 }))
+  const credential = await buildCredential(config, store, http, secrets, deps.clock ?? systemClock, logger.child({ component: 'token' }))
 
+  const events = new EventEmitter<ProxyEvents>()
+  const metrics = createMetrics()
+  metrics.watchCredential(credential, { dpop: config.auth.mode === 'oauth2' && config.auth.dpop !== undefined })
+  metrics.watchProxy(events)
   const proxyLog = logger.child({ component: 'proxy' })
   // An access line has fixed fields, none secret; pino's redaction paths
   // cost a sixth of a proxied request's CPU when checked on every line.
   const accessLogger = proxyLog.child({}, { redact: [] })
-  const { app: proxy, closeWebSockets } = await buildProxy({
-    origin: config.upstream.origin,
-    basePath: config.upstream.basePath,
-    dispatcher: upstreamDispatcher,
-    maxRequests: config.proxy.maxRequests,
-    websocketMaxMessageBytes: config.proxy.websocketMaxMessageBytes,
-    upstreamTimeoutMs: config.upstream.timeoutMs,
-    egress: config.egress,
-    ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }),
-    tokens,
-    log: proxyLog,
-    onResponse: (line) => {
-      if (config.accessLog) accessLogger.info(line, 'request')
-      metrics.request(line.status, line.durationMs / 1000)
-    },
-    onUpstreamError: (reason) => metrics.upstreamError(reason),
-    onDpopRefused: (reason) => metrics.dpopRefused(reason)
+  if (config.accessLog) events.on('response', (line) => accessLogger.info(line, 'request'))
+
+  const { upstream } = config
+  const upstreamPool = createDispatcher(config.egress, upstream.origin, {
+    connections: upstream.connections,
+    // UPSTREAM_KEEPALIVE_MS when the upstream does not say how long it keeps
+    // an idle connection; when it does (`Keep-Alive: timeout=N`), undici
+    // keeps it N less 2 s, up to KEEPALIVE_ANNOUNCED_MAX_MS.
+    keepAliveTimeout: upstream.keepAliveMs,
+    keepAliveMaxTimeout: Math.max(upstream.keepAliveMs, KEEPALIVE_ANNOUNCED_MAX_MS),
+    headersTimeout: upstream.timeoutMs,
+    bodyTimeout: upstream.idleTimeoutMs
   })
   if (logger.isLevelEnabled('debug')) logConnections(upstreamPool, proxyLog)
+
+  const listener = buildListener({
+    route: 'default',
+    maxRequests: config.proxy.maxRequests,
+    ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }),
+    log: proxyLog,
+    events
+  })
+  const proxy = listener.app
+  await proxy.register(proxyRoute, {
+    context: {
+      route: {
+        name: 'default',
+        origin: upstream.origin,
+        host: new URL(upstream.origin).host,
+        basePath: upstream.basePath,
+        prefix: '',
+        timeoutMs: upstream.timeoutMs,
+        websocketMaxMessageBytes: config.proxy.websocketMaxMessageBytes
+      },
+      credential,
+      dispatcher: upstreamPool,
+      slots: new UpstreamSlots(upstream.connections),
+      admission: listener.admission,
+      log: proxyLog,
+      events
+    },
+    methods: FORWARDED_METHODS,
+    websockets: listener.websockets,
+    egress: websocketEgress(config.egress, upstream.origin)
+  })
+
+  // The token lifecycle follows the proxy's: it starts when the proxy is
+  // ready, and stops once the proxy's requests have drained, the session
+  // then ended.
+  proxy.addHook('onReady', (done) => { credential.start(); done() })
+  proxy.addHook('onClose', async () => {
+    credential.stop()
+    store.close()
+    await upstreamPool.destroy()
+    // After the drain, one token request at most: the session is ended even
+    // when the drain took the whole grace period.
+    if (config.auth.mode === 'oauth2' && config.auth.logoutOnShutdown) await credential.endSession(config.token.timeoutMs)
+    await tokenDispatcher?.destroy()
+  })
 
   let closing = false
   let closed: Promise<void> | undefined
   const admin = buildAdmin({
     registry: metrics.registry,
     log: logger.child({ component: 'admin' }),
-    notReadyReason: () => {
-      if (closing) return 'shutting down'
-      return tokens.notReadyReason()
-    }
+    notReadyReason: () => closing ? 'shutting down' : credential.notReadyReason()
   })
 
   async function shutdown (graceMs: number): Promise<void> {
     closing = true
     const server = proxy.server
-    closeWebSockets()
+    listener.websockets.close()
     // Fastify's close stops accepting and closes idle kept-alive connections;
     // busy ones close once their answer is done (Node answers with
     // `Connection: close` once the server is closing). Connections that
@@ -208,24 +189,17 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       clearInterval(idle)
       clearTimeout(cut)
     }
-    tokens.stop()
-    credentials.close()
-    await upstreamDispatcher.destroy()
-    // After the drain, one token request at most: the session is ended even
-    // when the drain took the whole grace period.
-    if (config.auth.mode === 'oauth2' && config.auth.logoutOnShutdown) await tokens.endSession(config.token.timeoutMs)
     await admin.close()
-    await tokenDispatcher?.destroy()
   }
 
   return {
     proxy,
     admin,
-    tokens,
+    credential,
     metrics,
+    events,
     secrets,
     async listen () {
-      tokens.start()
       await admin.listen({ port: config.admin.port, host: config.admin.host, listenTextResolver: (address) => `admin endpoints on ${address}` })
         .catch((err: NodeJS.ErrnoException) => { throw new ListenError('ADMIN_PORT', config.admin.host, config.admin.port, err) })
       await proxy.listen({ port: config.proxy.port, host: config.proxy.host, listenTextResolver: (address) => `proxy on ${address}` })
@@ -237,6 +211,45 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       return closed
     }
   }
+}
+
+/** The credential the configuration describes: a token kept fresh (oauth2), or fixed Basic credentials. */
+async function buildCredential (config: Config, store: CredentialStore, http: AuthHttp, secrets: SecretScrubber, clock: Clock, log: pino.Logger): Promise<TokenManager | BasicCredential> {
+  if (config.auth.mode === 'basic') return new BasicCredential(store)
+  const { tokenUrl, issuerUrl, alternateTokenUrl, grantType, clientAuth, clientId, clientKeyAlg, clientKeyId, scope, params, dpop } = config.auth
+  const server = new OAuthClient({
+    ...(tokenUrl !== undefined && { tokenUrl }),
+    ...(issuerUrl !== undefined && { issuerUrl }),
+    ...(alternateTokenUrl !== undefined && { alternateTokenUrl }),
+    grantType,
+    clientId,
+    client: new ClientAuthenticator({
+      clientId,
+      clientAuth,
+      ...(clientKeyAlg !== undefined && { keyAlg: clientKeyAlg }),
+      ...(clientKeyId !== undefined && { keyId: clientKeyId }),
+      onSecret: (value) => secrets.addToken(value)
+    }),
+    extras: { params, ...(scope !== undefined && { scope }) },
+    credentials: store,
+    http,
+    timeoutMs: config.token.timeoutMs,
+    ...(dpop !== undefined && { dpop: await DpopKey.generate(dpop) }),
+    clock,
+    log,
+    secrets
+  })
+  return new TokenManager({
+    server,
+    credentials: store,
+    log,
+    waitMs: config.token.waitMs,
+    retryMinMs: config.token.retryMinMs,
+    retryMaxMs: config.token.retryMaxMs,
+    rejectedRetryMs: config.token.rejectedRetryMs,
+    clock,
+    secrets
+  })
 }
 
 /** LOG_LEVEL=debug: the upstream pool's connections as they open, close and fail. */

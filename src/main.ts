@@ -2,7 +2,7 @@ import closeWithGrace from 'close-with-grace'
 import { buildApp, ListenError } from './app.js'
 import { ConfigError, loadConfig, type Config } from './config/load.js'
 import { createLogger } from './logger.js'
-import { runCheck } from './check.js'
+import { runCheck } from './check/run.js'
 import { usage } from './usage.js'
 import { VERSION } from './version.js'
 

@@ -31,11 +31,25 @@ export class SecretScrubber {
 
   scrub (text: string): string {
     let out = text
-    for (const secret of this.#fixed) if (out.includes(secret)) out = out.split(secret).join('[redacted]')
-    for (const secret of this.#tokens) if (out.includes(secret)) out = out.split(secret).join('[redacted]')
+    for (const secret of this.#fixed) if (out.includes(secret)) out = out.split(secret).join(REDACTED)
+    for (const secret of this.#tokens) if (out.includes(secret)) out = out.split(secret).join(REDACTED)
     return out
   }
+
+  /**
+   * A peer's text made fit to show: the known secrets replaced first, then
+   * cut to at most `max` characters at a word's end.
+   */
+  shorten (text: string, max: number): string {
+    const out = this.scrub(text)
+    if (out.length <= max) return out
+    // the word the cut runs through is dropped whole: it may be the start of a value
+    const lastBreak = /\s/.test(out[max]!) ? max : out.slice(0, max).search(/\s\S*$/)
+    return `${lastBreak > 0 ? out.slice(0, lastBreak) : ''}…`
+  }
 }
+
+const REDACTED = '[redacted]'
 
 function forms (value: string | undefined): string[] {
   if (value === undefined || value.length < MIN_LENGTH) return []

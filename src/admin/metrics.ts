@@ -1,17 +1,17 @@
+import type { EventEmitter } from 'node:events'
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
-import { DPOP_REFUSALS, type DpopRefusal } from '../proxy/dpop-challenge.js'
-import type { UpstreamErrorReason } from '../proxy/forward.js'
+import type { ProxyEvents, UpstreamErrorReason } from '../proxy/context.js'
+import { DPOP_REFUSALS } from '../token/challenge.js'
+import type { Credential, GrantOutcome, LogoutOutcome } from '../token/credential.js'
 import type { GrantType } from '../token/grant.js'
-import type { GrantOutcome, LogoutOutcome } from '../token/source.js'
 import { VERSION } from '../version.js'
 
 export interface Metrics {
   registry: Registry
-  grant(grant: GrantType, outcome: GrantOutcome): void
-  request(status: number, seconds: number): void
-  upstreamError(reason: UpstreamErrorReason): void
-  logout(outcome: LogoutOutcome): void
-  dpopRefused(reason: DpopRefusal): void
+  /** Counts what happens to a credential, and reports its expiry and readiness at each scrape. */
+  watchCredential(credential: Credential, options: { dpop: boolean }): void
+  /** Counts the proxy's answers and failures. */
+  watchProxy(events: EventEmitter<ProxyEvents>): void
 }
 
 const PREFIX = 'auth_sidecar_'
@@ -21,15 +21,17 @@ const OUTCOMES: readonly GrantOutcome[] = ['success', 'rejected', 'error']
 const UPSTREAM_ERROR_REASONS: readonly UpstreamErrorReason[] = ['unreachable', 'timeout', 'reset']
 
 /**
- * The sidecar's Prometheus metrics; no label ever carries a secret.
- * Node's process metrics keep their conventional names (process_cpu_seconds_total,
+ * The sidecar's Prometheus metrics, fed by the events of the credentials and
+ * the proxy; no label ever carries a secret. Node's process metrics keep
+ * their conventional names (process_cpu_seconds_total,
  * nodejs_heap_size_used_bytes, ...) so that stock dashboards find them, and
  * every failure series exists at 0 from the first scrape, so that an alert on
  * it has data before the first failure.
  */
-export function createMetrics (expiresInSeconds: () => number, ready: () => boolean, dpop = false): Metrics {
+export function createMetrics (): Metrics {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
+  const credentials: Credential[] = []
 
   const grants = new Counter({
     name: `${PREFIX}token_grants_total`,
@@ -40,7 +42,7 @@ export function createMetrics (expiresInSeconds: () => number, ready: () => bool
   for (const grantType of GRANT_TYPES) for (const outcome of OUTCOMES) grants.inc({ grant_type: grantType, outcome }, 0)
   const upstreamErrors = new Counter({
     name: `${PREFIX}upstream_errors_total`,
-    help: 'The sidecar\'s own 502 and 504 answers, by reason: unreachable (refused, unresolvable, connect timeout), timeout (no response headers in time), reset (the connection closed under the request).',
+    help: 'The sidecar\'s own 502 and 504 answers, by reason: unreachable (refused, unresolvable, connect timeout, an invalid answer), timeout (no response headers in time), reset (the connection closed under the request).',
     labelNames: ['reason'] as const,
     registers: [registry]
   })
@@ -58,7 +60,6 @@ export function createMetrics (expiresInSeconds: () => number, ready: () => bool
     labelNames: ['reason'] as const,
     registers: [registry]
   })
-  if (dpop) for (const reason of DPOP_REFUSALS) dpopRefusals.inc({ reason }, 0)
   new Gauge({
     name: `${PREFIX}build_info`,
     help: 'Always 1; the version in its label.',
@@ -69,13 +70,13 @@ export function createMetrics (expiresInSeconds: () => number, ready: () => bool
     name: `${PREFIX}token_expires_in_seconds`,
     help: 'Seconds until the held access token expires (0 without one).',
     registers: [registry],
-    collect () { this.set(expiresInSeconds()) }
+    collect () { this.set(Math.min(...credentials.map((c) => c.expiresInSeconds()))) }
   })
   new Gauge({
     name: `${PREFIX}ready`,
     help: '1 while a valid token is held (readiness), else 0.',
     registers: [registry],
-    collect () { this.set(ready() ? 1 : 0) }
+    collect () { this.set(credentials.every((c) => c.ready()) ? 1 : 0) }
   })
   const requests = new Histogram({
     name: `${PREFIX}proxy_request_duration_seconds`,
@@ -87,10 +88,16 @@ export function createMetrics (expiresInSeconds: () => number, ready: () => bool
 
   return {
     registry,
-    grant: (grant, outcome) => grants.inc({ grant_type: grant, outcome }),
-    request: (status, seconds) => requests.observe({ status }, seconds),
-    upstreamError: (reason) => upstreamErrors.inc({ reason }),
-    logout: (outcome) => logouts.inc({ outcome }),
-    dpopRefused: (reason) => dpopRefusals.inc({ reason })
+    watchCredential (credential, { dpop }) {
+      credentials.push(credential)
+      if (dpop) for (const reason of DPOP_REFUSALS) dpopRefusals.inc({ reason }, 0)
+      credential.events.on('grant', (grant, outcome) => grants.inc({ grant_type: grant, outcome }))
+      credential.events.on('logout', (outcome) => logouts.inc({ outcome }))
+      credential.events.on('dpop_refused', (reason) => dpopRefusals.inc({ reason }))
+    },
+    watchProxy (events) {
+      events.on('response', (line) => requests.observe({ status: line.status }, line.durationMs / 1000))
+      events.on('upstream_error', ({ reason }) => upstreamErrors.inc({ reason }))
+    }
   }
 }

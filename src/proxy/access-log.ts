@@ -3,6 +3,8 @@ import fp from 'fastify-plugin'
 
 export interface AccessLine {
   requestId: string
+  /** the route that served the request */
+  route: string
   method: string
   /** the request target without its query */
   path: string
@@ -17,17 +19,11 @@ export function pathOf (url: string): string {
   return q === -1 ? url : url.slice(0, q)
 }
 
-export function accessLine (request: FastifyRequest, status: number, ms: number): AccessLine {
-  return {
-    requestId: request.id,
-    method: request.raw.method ?? '',
-    path: pathOf(request.raw.url ?? ''),
-    status,
-    durationMs: Math.round(ms * 10) / 10
-  }
-}
-
 declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** the route a Fastify route forwards to */
+    sidecarRoute?: string
+  }
   interface FastifyRequest {
     /** performance.now() on arrival, for the line of an abandoned request */
     sidecarStarted: number
@@ -36,8 +32,29 @@ declare module 'fastify' {
   }
 }
 
+/**
+ * The access line of a request: its route is the one it was routed to, or
+ * the listener's own for what no route took (a target the router refused).
+ */
+export function accessLine (request: FastifyRequest, status: number, ms: number, listenerRoute: string): AccessLine {
+  return {
+    requestId: request.id,
+    route: request.routeOptions.config.sidecarRoute ?? listenerRoute,
+    method: request.raw.method ?? '',
+    path: pathOf(request.raw.url ?? ''),
+    status,
+    durationMs: Math.round(ms * 10) / 10
+  }
+}
+
+export interface AccessLogOptions {
+  /** the route of requests no route took */
+  route: string
+  onResponse: (line: AccessLine) => void
+}
+
 /** One call per request, answered or abandoned: the access line and the request metrics. */
-export const accessLog = fp<{ onResponse: (line: AccessLine) => void }>(async function accessLog (app: FastifyInstance, { onResponse }) {
+export const accessLog = fp<AccessLogOptions>(async function accessLog (app: FastifyInstance, { route, onResponse }) {
   app.decorateRequest('sidecarStarted', 0)
   app.decorateRequest('sidecarUpstreamFailed', false)
   app.addHook('onRequest', (request, _reply, done) => {
@@ -47,11 +64,11 @@ export const accessLog = fp<{ onResponse: (line: AccessLine) => void }>(async fu
   app.addHook('onResponse', (request, reply, done) => {
     // an answer written to a client already gone (an upload it gave up) is the client's 499
     const status = request.sidecarUpstreamFailed ? 502 : reply.raw.writableFinished ? reply.statusCode : 499
-    onResponse(accessLine(request, status, reply.elapsedTime))
+    onResponse(accessLine(request, status, reply.elapsedTime, route))
     done()
   })
   app.addHook('onRequestAbort', (request, done) => {
-    onResponse(accessLine(request, request.sidecarUpstreamFailed ? 502 : 499, performance.now() - request.sidecarStarted))
+    onResponse(accessLine(request, request.sidecarUpstreamFailed ? 502 : 499, performance.now() - request.sidecarStarted, route))
     done()
   })
 }, { name: 'auth-sidecar-access-log' })

@@ -9,11 +9,6 @@ import { sendError } from './replies.js'
  */
 export const PIPELINE_DEPTH = 16
 
-export interface AdmissionOptions {
-  /** most requests in progress at once (PROXY_MAX_REQUESTS) */
-  maxRequests: number
-}
-
 declare module 'fastify' {
   interface FastifyRequest {
     /** counted among its connection's unanswered requests */
@@ -23,11 +18,18 @@ declare module 'fastify' {
   }
 }
 
+interface Connection {
+  unanswered: number
+  /** what to do when the client's connection closes: abort the exchanges on it */
+  onClose: Set<() => void>
+}
+
 /**
  * Bounds the work a client can make: at most `maxRequests` requests in
  * progress over all connections, and at most PIPELINE_DEPTH unanswered
  * requests on one connection. Beyond either, the request is answered at
- * once, `503 {"error":"overloaded"}`, and never forwarded.
+ * once, `503 {"error":"overloaded"}`, and never forwarded. WebSocket
+ * handshakes are requests like any other until they are answered.
  *
  * A connection that pipelines further ahead than PIPELINE_DEPTH is closed
  * after its earlier answers, as nginx and Envoy do. Its extra requests are
@@ -35,42 +37,73 @@ declare module 'fastify' {
  * connection whose answers pile up unread, so a client that pipelines
  * thousands of requests and reads none makes the sidecar hold one read's
  * worth of them, not all of them.
+ *
+ * It also knows when a client has gone: HTTP/1.1 has no way to give up one
+ * request but closing its connection, and a closed connection takes every
+ * request on it.
  */
-export const admission = fp<AdmissionOptions>(async function admission (app: FastifyInstance, o: AdmissionOptions) {
-  let inProgress = 0
-  const unanswered = new WeakMap<Socket, number>()
+export class Admission {
+  readonly #maxRequests: number
+  #inProgress = 0
+  readonly #connections = new WeakMap<Socket, Connection>()
 
-  app.decorateRequest('sidecarOnLine', false)
-  app.decorateRequest('sidecarCounted', false)
+  constructor (maxRequests: number) {
+    this.#maxRequests = maxRequests
+  }
 
-  app.addHook('onRequest', (request, reply, done) => {
-    const socket = request.raw.socket
-    const onLine = (unanswered.get(socket) ?? 0) + 1
-    unanswered.set(socket, onLine)
-    request.sidecarOnLine = true
-    // Refused before it is counted: one flooding connection cannot take the
-    // places of the others.
-    if (onLine > PIPELINE_DEPTH) return sendError(reply, 'overloaded', { retryAfter: 1, close: true })
-    if (inProgress >= o.maxRequests) return sendError(reply, 'overloaded', { retryAfter: 1 })
-    inProgress++
-    request.sidecarCounted = true
-    done()
-  })
+  /** The listener's hooks. */
+  readonly plugin = fp(async (app: FastifyInstance) => {
+    app.decorateRequest('sidecarOnLine', false)
+    app.decorateRequest('sidecarCounted', false)
+    app.addHook('onRequest', (request, reply, done) => {
+      const connection = this.#connection(request.raw.socket)
+      connection.unanswered++
+      request.sidecarOnLine = true
+      // Refused before it is counted: one flooding connection cannot take the
+      // places of the others.
+      if (connection.unanswered > PIPELINE_DEPTH) return sendError(reply, 'overloaded', { retryAfter: 1, close: true })
+      if (this.#inProgress >= this.#maxRequests) return sendError(reply, 'overloaded', { retryAfter: 1 })
+      this.#inProgress++
+      request.sidecarCounted = true
+      done()
+    })
+    // A pipelined request still queued when its client leaves gets no 'close'
+    // of its own response: Fastify's onRequestAbort is what reports it.
+    app.addHook('onResponse', (request, _reply, done) => { this.leave(request); done() })
+    app.addHook('onRequestAbort', (request, done) => { this.leave(request); done() })
+  }, { name: 'auth-sidecar-admission' })
 
-  // A pipelined request still queued when its client leaves gets no 'close'
-  // of its own response: Fastify's onRequestAbort is what reports it.
-  const release = (request: FastifyRequest, done: () => void): void => {
+  /** The request no longer counts: answered, abandoned, or a WebSocket handshake that became a session. */
+  leave (request: FastifyRequest): void {
     if (request.sidecarCounted) {
       request.sidecarCounted = false
-      inProgress--
+      this.#inProgress--
     }
     if (request.sidecarOnLine) {
       request.sidecarOnLine = false
-      const socket = request.raw.socket
-      unanswered.set(socket, (unanswered.get(socket) ?? 1) - 1)
+      this.#connection(request.raw.socket).unanswered--
     }
-    done()
   }
-  app.addHook('onResponse', (request, _reply, done) => release(request, done))
-  app.addHook('onRequestAbort', (request, done) => release(request, done))
-}, { name: 'auth-sidecar-admission' })
+
+  /** Calls `gone` should the client's connection close; returns what stops watching. */
+  onDeparture (request: FastifyRequest, gone: () => void): () => void {
+    if (request.raw.socket.destroyed) {
+      queueMicrotask(gone)
+      return () => {}
+    }
+    const { onClose } = this.#connection(request.raw.socket)
+    onClose.add(gone)
+    return () => onClose.delete(gone)
+  }
+
+  #connection (socket: Socket): Connection {
+    let connection = this.#connections.get(socket)
+    if (connection === undefined) {
+      const created: Connection = { unanswered: 0, onClose: new Set() }
+      socket.once('close', () => { for (const gone of created.onClose) gone() })
+      this.#connections.set(socket, created)
+      connection = created
+    }
+    return connection
+  }
+}

@@ -1,32 +1,31 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import type { AuthorizationSource } from '../token/source.js'
+import type { Authorization, RequestCredential } from '../token/credential.js'
 import { sendTokenUnavailable } from './replies.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** the Authorization header value sent upstream */
-    sidecarAuthorization: string
+    /** what goes upstream with the request: the credential's authorization */
+    sidecarAuthorization: Authorization | undefined
   }
 }
 
 /**
- * Takes the token for the request before it is forwarded: the plugin's
- * header rewriting is synchronous, so the header must be at hand by then.
+ * Takes the route's authorization for the request before it is forwarded.
  * While a token is being obtained the request waits (TOKEN_WAIT_MS at most),
  * then gets 503 token_unavailable, unforwarded.
  */
-export const authorize = fp<{ tokens: AuthorizationSource }>(async function authorize (app: FastifyInstance, { tokens }) {
-  app.decorateRequest('sidecarAuthorization', '')
+export const authorize = fp<{ credential: RequestCredential }>(async function authorize (app: FastifyInstance, { credential }) {
+  app.decorateRequest('sidecarAuthorization', undefined)
   app.addHook('onRequest', (request, reply, done) => {
-    const header = tokens.current()
-    if (header !== undefined) {
-      request.sidecarAuthorization = header
+    const held = credential.current()
+    if (held !== undefined) {
+      request.sidecarAuthorization = held
       return done()
     }
-    tokens.authorization().then((h) => {
-      request.sidecarAuthorization = h
+    credential.authorize().then((authorization) => {
+      request.sidecarAuthorization = authorization
       done()
     }, (err: unknown) => sendTokenUnavailable(reply, err))
   })
-}, { name: 'auth-sidecar-authorize', dependencies: ['auth-sidecar-guard'] })
+})

@@ -11,7 +11,7 @@ import { pathOf, type AccessLine } from './access-log.js'
  * parser's refusals (a malformed request, headers too large or too slow)
  * and CONNECT, which Node would close without a word.
  */
-export function clientErrors (onResponse: (line: AccessLine) => void): {
+export function clientErrors (route: string, onResponse: (line: AccessLine) => void): {
   onClientError: (err: Error & { code?: string, rawPacket?: unknown }, socket: Socket) => void
   onConnect: (req: IncomingMessage, socket: Duplex) => void
 } {
@@ -26,7 +26,7 @@ export function clientErrors (onResponse: (line: AccessLine) => void): {
     } else {
       socket.destroy()
     }
-    onResponse({ requestId, method, path: pathOf(target), status, durationMs: 0 })
+    onResponse({ requestId, route, method, path: pathOf(target), status, durationMs: 0 })
   }
   return {
     onClientError (err, socket) {

@@ -2,7 +2,7 @@
  * Keeps every request inside BASE_URL. A target is
  * refused, not repaired, when it could mean another origin or a path outside
  * the prefix: the absolute and authority forms, `//host`, backslashes, and dot
- * segments however they are encoded, or however a legacy server behind the
+ * segments however they are encoded (and segments of three dots or more), or however a legacy server behind the
  * upstream would read them (`/..;/` for Tomcat and Spring, overlong UTF-8 and
  * full-width dots and slashes for IIS and servers that normalise Unicode, NUL).
  */
@@ -31,7 +31,8 @@ export function isConfined (url: string): boolean {
     for (const segment of path.split('/')) {
       // `..;x` is `..` to servers that strip path parameters
       const name = segment.includes(';') ? segment.slice(0, segment.indexOf(';')) : segment
-      if (name === '.' || name === '..') return false
+      // `...` and longer: some file systems read them as a parent (and IIS as dots trimmed)
+      if (/^\.+$/.test(name)) return false
     }
     const decoded = decodePercent(path)
     if (decoded === path) return true

@@ -10,10 +10,8 @@ export const REFUSED_METHODS: ReadonlySet<string> = new Set(['TRACE', 'CONNECT']
 /**
  * Refuses, before anything is forwarded or a token is asked for, what could
  * take the token elsewhere or be read otherwise by the servers behind the
- * upstream: targets outside BASE_URL (src/proxy/confine.ts), TRACE, and
- * ambiguous headers. The plugin's own checks let `//host/x` and
- * double-encoded dot segments through and normalise `/a/./b`, so this runs
- * first.
+ * upstream: targets outside the route's BASE_URL (src/proxy/confine.ts),
+ * TRACE, and ambiguous headers; WebSocket handshakes alike.
  */
 export const guard = fp(async function guard (app: FastifyInstance) {
   app.addHook('onRequest', (request, reply, done) => {
@@ -23,4 +21,4 @@ export const guard = fp(async function guard (app: FastifyInstance) {
     if (hasAmbiguousHeaders(raw.rawHeaders, raw.headers.connection)) return sendError(reply, 'bad_request')
     done()
   })
-}, { name: 'auth-sidecar-guard', dependencies: ['auth-sidecar-admission'] })
+})

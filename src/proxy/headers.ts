@@ -1,7 +1,6 @@
 /**
- * Header rules of the proxy: for HTTP on the header
- * objects @fastify/reply-from hands its hooks, for WebSocket handshakes on
- * Node's flat `rawHeaders`.
+ * Header rules of the proxy, one set for HTTP requests and WebSocket
+ * handshakes alike, on Node's flat `rawHeaders`.
  */
 
 /**
@@ -16,6 +15,9 @@ const DROP_REQUEST = new Set([
   // IIS and some frameworks route by these instead of the path
   'x-original-url', 'x-rewrite-url'
 ])
+
+/** A WebSocket handshake's own headers, which the WebSocket client to the upstream writes itself. */
+const HANDSHAKE = new Set(['sec-websocket-key', 'sec-websocket-version', 'sec-websocket-protocol', 'sec-websocket-extensions', 'content-length'])
 
 /** Headers a `Connection` header may not name: dropping them would change how the request is framed or routed. */
 const FRAMING = new Set(['content-length', 'transfer-encoding', 'host'])
@@ -50,107 +52,78 @@ const DROP_RESPONSE = new Set(['connection', 'keep-alive', 'proxy-connection', '
 /** What the sidecar adds to every forwarded request. */
 export interface ForwardingInfo {
   authorization: string
-  /** the DPoP proof, in DPoP mode (WebSocket handshakes; HTTP requests get theirs from the upstream dispatcher) */
-  dpop?: string
-  /** the upstream's `host[:port]` */
-  host: string
+  /** the DPoP proof, for DPoP-bound tokens */
+  dpop: string | undefined
+  /** the upstream's `host[:port]`; undefined where the client to the upstream writes it (WebSockets) */
+  host: string | undefined
   requestId: string
   clientIp: string | undefined
+  /** the body is not forwarded (a GET or HEAD's, which Fastify does not read): its length is not announced */
+  withoutBody: boolean
+  /** a WebSocket handshake: its own headers are the WebSocket client's to write */
+  handshake: boolean
 }
 
-/** Header values as Node and undici hold them. */
-export type HeaderValues = Record<string, string | string[] | number | undefined>
-
-/**
- * The headers of the request sent upstream, from @fastify/reply-from's copy
- * of the client's (`rewriteRequestHeaders`): reply-from has already removed
- * `Connection` and every header it names, so `Connection: authorization`
- * cannot remove what is set here.
- */
-export function upstreamRequestHeaders (headers: HeaderValues, clientHost: string | undefined, info: ForwardingInfo): HeaderValues {
-  const out: HeaderValues = {}
-  for (const name in headers) {
-    if (!DROP_REQUEST.has(name)) out[name] = headers[name]
-  }
-  out.host = info.host
-  out.authorization = info.authorization
-  out['x-forwarded-proto'] = 'http'
-  out['x-request-id'] = info.requestId
-  if (info.clientIp !== undefined) {
-    const before = headers['x-forwarded-for']
-    out['x-forwarded-for'] = before === undefined ? info.clientIp : `${String(before)}, ${info.clientIp}`
-  }
-  if (clientHost !== undefined) out['x-forwarded-host'] = clientHost
-  return out
-}
-
-/**
- * The upstream's response headers as relayed to the client: without
- * hop-by-hop headers or those its `Connection` names, with the request id.
- */
-export function relayedResponseHeaders (headers: HeaderValues, requestId: string): HeaderValues {
-  const connection = headers.connection
-  const named = connection === undefined ? undefined : namedIn(String(connection), undefined)
-  const out: HeaderValues = {}
-  for (const name in headers) {
-    if (DROP_RESPONSE.has(name) || name === 'x-request-id' || named?.has(name) === true) continue
-    out[name] = headers[name]
-  }
-  out['x-request-id'] = requestId
-  return out
-}
-
-/** What one pass over the client's headers found. */
-export interface ClientHeaders {
-  /** flat [name, value, ...] list for undici */
-  forward: string[]
-  requestId: string | undefined
-  host: string | undefined
-  forwardedFor: string | undefined
-  hasBody: boolean
-  /** the declared Content-Length, 0 when there is none (no body, or chunked) */
-  contentLength: number
-}
+/** Header values as undici and Node's HTTP client take them. */
+export type OutgoingHeaders = Record<string, string | string[]>
 
 /** Request ids from the client are kept when they look like ids. */
 export const REQUEST_ID = /^[\w\-.:@/+=]{1,128}$/
 
 /**
- * Splits the client's headers into those forwarded and those the sidecar
- * replaces. Headers the client's `Connection` names are dropped too, so that
- * `Connection: authorization` cannot remove anything the sidecar sets.
+ * The headers of the request sent upstream, from the client's: without
+ * hop-by-hop headers and whatever the client's `Connection` names (so that
+ * `Connection: authorization` cannot remove what is set here), with the
+ * sidecar's Authorization, DPoP proof, Host and X-Forwarded-* headers.
  */
-export function readClientHeaders (raw: string[]): ClientHeaders {
-  let connectionNamed: Set<string> | undefined
+export function forwardedHeaders (raw: string[], info: ForwardingInfo): OutgoingHeaders {
+  let named: Set<string> | undefined
   for (let i = 0; i < raw.length; i += 2) {
-    if (raw[i]!.length === 10 && raw[i]!.toLowerCase() === 'connection') connectionNamed = namedIn(raw[i + 1]!, connectionNamed)
+    if (raw[i]!.length === 10 && raw[i]!.toLowerCase() === 'connection') named = namedIn(raw[i + 1]!, named)
   }
-  const forward: string[] = []
-  let requestId: string | undefined
-  let host: string | undefined
+  const out: OutgoingHeaders = {}
+  let clientHost: string | undefined
   let forwardedFor: string | undefined
-  let hasBody = false
-  let contentLength = 0
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!.toLowerCase()
     const value = raw[i + 1]!
     if (DROP_REQUEST.has(name)) {
-      switch (name) {
-        case 'x-request-id': if (REQUEST_ID.test(value)) requestId = value; break
-        case 'host': host = value; break
-        case 'x-forwarded-for': forwardedFor = forwardedFor === undefined ? value : `${forwardedFor}, ${value}`; break
-        case 'transfer-encoding': hasBody = true; break
-      }
+      if (name === 'host') clientHost ??= value
+      else if (name === 'x-forwarded-for') forwardedFor = forwardedFor === undefined ? value : `${forwardedFor}, ${value}`
       continue
     }
-    if (connectionNamed?.has(name) === true) continue
-    if (name === 'content-length' && value !== '0') {
-      hasBody = true
-      contentLength = Number(value)
-    }
-    forward.push(name, value)
+    if (named?.has(name) === true || (info.handshake && HANDSHAKE.has(name)) || (info.withoutBody && name === 'content-length')) continue
+    const before = out[name]
+    out[name] = before === undefined ? value : Array.isArray(before) ? [...before, value] : [before, value]
   }
-  return { forward, requestId, host, forwardedFor, hasBody, contentLength }
+  if (info.host !== undefined) out.host = info.host
+  out.authorization = info.authorization
+  if (info.dpop !== undefined) out.dpop = info.dpop
+  out['x-forwarded-proto'] = 'http'
+  out['x-request-id'] = info.requestId
+  if (info.clientIp !== undefined) out['x-forwarded-for'] = forwardedFor === undefined ? info.clientIp : `${forwardedFor}, ${info.clientIp}`
+  if (clientHost !== undefined) out['x-forwarded-host'] = clientHost
+  return out
+}
+
+/** Header values as Node and undici hand over an answer's. */
+export type IncomingHeaders = Record<string, string | string[] | undefined>
+
+/**
+ * The upstream's response headers as relayed to the client: without
+ * hop-by-hop headers or those its `Connection` names, with the request id.
+ */
+export function relayedResponseHeaders (headers: IncomingHeaders, requestId: string): OutgoingHeaders {
+  const connection = headers.connection
+  const named = connection === undefined ? undefined : namedIn(String(connection), undefined)
+  const out: OutgoingHeaders = {}
+  for (const name in headers) {
+    const value = headers[name]
+    if (value === undefined || DROP_RESPONSE.has(name) || name === 'x-request-id' || named?.has(name) === true) continue
+    out[name] = value
+  }
+  out['x-request-id'] = requestId
+  return out
 }
 
 /**
@@ -168,30 +141,4 @@ function namedIn (value: string, into: Set<string> | undefined): Set<string> | u
     if (name !== '' && name !== 'close' && name !== 'keep-alive') (into ??= new Set()).add(name)
   }
   return into
-}
-
-/** Appends the sidecar's own headers to a flat header list (in place). */
-function pushForwardingHeaders (headers: string[], client: ClientHeaders, info: ForwardingInfo): string[] {
-  headers.push('host', info.host, 'authorization', info.authorization, 'x-forwarded-proto', 'http', 'x-request-id', info.requestId)
-  if (info.dpop !== undefined) headers.push('dpop', info.dpop)
-  if (info.clientIp !== undefined) {
-    headers.push('x-forwarded-for', client.forwardedFor === undefined ? info.clientIp : `${client.forwardedFor}, ${info.clientIp}`)
-  }
-  if (client.host !== undefined) headers.push('x-forwarded-host', client.host)
-  return headers
-}
-
-/** The handshake's own headers, which the WebSocket client to the upstream writes itself. */
-const WEBSOCKET_HANDSHAKE = new Set(['sec-websocket-key', 'sec-websocket-version', 'sec-websocket-protocol', 'sec-websocket-extensions', 'content-length'])
-
-/** Headers for the upstream WebSocket handshake, as an object for `ws`. */
-export function websocketHeaders (client: ClientHeaders, info: ForwardingInfo): Record<string, string> {
-  const headers: Record<string, string> = {}
-  const list = pushForwardingHeaders(client.forward.slice(), client, info)
-  for (let i = 0; i < list.length; i += 2) {
-    const name = list[i]!
-    if (WEBSOCKET_HANDSHAKE.has(name) || name === 'host') continue
-    headers[name] = headers[name] === undefined ? list[i + 1]! : `${headers[name]}, ${list[i + 1]!}`
-  }
-  return headers
 }

@@ -1,73 +1,56 @@
 import { randomUUID } from 'node:crypto'
+import type { EventEmitter } from 'node:events'
 import { METHODS, type IncomingMessage } from 'node:http'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type pino from 'pino'
-import type { Dispatcher } from 'undici'
-import type { Config } from '../config/load.js'
-import type { AuthorizationSource } from '../token/source.js'
 import { accessLog, type AccessLine } from './access-log.js'
-import { admission } from './admission.js'
-import { authorize } from './authorize.js'
+import { Admission } from './admission.js'
 import { clientErrors } from './client-errors.js'
-import type { DpopRefusal } from './dpop-challenge.js'
-import { forward, type UpstreamErrorReason } from './forward.js'
+import type { ProxyEvents } from './context.js'
 import { guard, REFUSED_METHODS } from './guard.js'
 import { REQUEST_ID } from './headers.js'
 import { sendError } from './replies.js'
-import { WebSocketProxy } from './websocket.js'
+import { routeUpgrades } from './upgrade.js'
+import { WebSocketSessions } from './websocket.js'
 
-export interface ProxyOptions {
-  /** `scheme://host[:port]` of BASE_URL */
-  origin: string
-  /** BASE_URL's path without the trailing slash, '' for none */
-  basePath: string
-  /** verifies TLS; closed by whoever created it */
-  dispatcher: Dispatcher
+export interface ListenerOptions {
+  /** the route of what no route takes (the default route's on PROXY_PORT, a port route's own) */
+  route: string
   /** most requests in progress at once (PROXY_MAX_REQUESTS) */
   maxRequests: number
-  /** UPSTREAM_TIMEOUT_MS, for WebSocket handshakes (HTTP requests have the dispatcher's) */
-  upstreamTimeoutMs: number
-  /** WEBSOCKET_MAX_MESSAGE_BYTES */
-  websocketMaxMessageBytes: number
-  /** the egress proxy, for WebSocket handshakes (HTTP requests have the dispatcher) */
-  egress: Config['egress']
   /** how long a client may take to send its request headers; 60 s, shorter in tests */
   headersTimeoutMs?: number
-  tokens: AuthorizationSource
   log: pino.Logger
-  /** one call per request, answered or abandoned (the access log and metrics) */
-  onResponse: (line: AccessLine) => void
-  /** the sidecar answered 502 or 504 itself, for this reason */
-  onUpstreamError: (reason: UpstreamErrorReason) => void
-  /** the upstream refused a DPoP proof (a 401 with a DPoP error), for this reason */
-  onDpopRefused: (reason: DpopRefusal) => void
+  events: EventEmitter<ProxyEvents>
 }
 
-export interface ProxyServer {
+/** One listener: the Fastify instance routes are registered on, and what they share. */
+export interface Listener {
   app: FastifyInstance
-  /** Closes the open WebSockets (the HTTP side drains through the server's close). */
-  closeWebSockets(): void
+  admission: Admission
+  websockets: WebSocketSessions
 }
 
 /** Request headers must be complete within this, or the client gets 408 and the connection is closed. */
 export const HEADERS_TIMEOUT_MS = 60_000
 /** Every method Node parses, but those refused: any other method is forwarded. */
-const FORWARDED_METHODS = METHODS.filter((m) => !REFUSED_METHODS.has(m))
+export const FORWARDED_METHODS = METHODS.filter((m) => !REFUSED_METHODS.has(m))
 
 /**
- * The proxy listener: a Fastify server whose every route forwards to
- * BASE_URL. Its parts, in the order a request meets them: admission
- * (bounds), guard (what may not be forwarded), authorize (the token),
- * forward (@fastify/http-proxy), and the access log; WebSocket upgrades
- * have a handler of their own.
+ * A proxy listener (PROXY_PORT, or a route's own port): a Fastify server
+ * whose routes forward to their upstreams. What holds for every request on
+ * it, in the order a request meets it: the access log, admission (bounds),
+ * the guard (what may not be forwarded); then the route (route.ts).
+ * WebSocket upgrades take the same way (upgrade.ts).
  */
-export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
+export function buildListener (o: ListenerOptions): Listener {
   const headersTimeout = o.headersTimeoutMs ?? HEADERS_TIMEOUT_MS
-  // What Fastify and @fastify/reply-from log through a request's logger
-  // (every upstream error as a warning with its stack trace) is said once,
-  // without a stack, by the sidecar's own lines: only errors pass.
+  const onResponse = (line: AccessLine): void => { o.events.emit('response', line) }
+  // What Fastify logs through a request's logger (every error as a
+  // warning with its stack trace) is said once, without a stack, by the
+  // sidecar's own lines: only errors pass.
   const requestLog = o.log.child({}, { level: 'error' })
-  const refusals = clientErrors(o.onResponse)
+  const refusals = clientErrors(o.route, onResponse)
   const app = Fastify({
     loggerInstance: o.log as FastifyBaseLogger,
     // The access log is the sidecar's own line per request (src/proxy/access-log.ts).
@@ -104,43 +87,19 @@ export async function buildProxy (o: ProxyOptions): Promise<ProxyServer> {
     // (src/proxy/forward.ts has logged and counted it)
     if (err.code === 'UND_ERR_BODY_TIMEOUT') return sendError(reply, 'upstream_timeout')
     if (err.code?.startsWith('UND_ERR_') === true || err.code === 'ECONNRESET') return sendError(reply, 'upstream_unreachable')
-    o.log.error({ requestId: request.id, err: { type: err.name, code: (err as { code?: string }).code } }, 'internal error')
+    o.log.error({ requestId: request.id, err: { type: err.name, code: err.code } }, 'internal error')
     sendError(reply, 'internal_error')
   })
+  // What no route takes: a method that is not forwarded (the guard answers it).
+  app.setNotFoundHandler((_request, reply) => { sendError(reply, 'method_not_allowed', { status: 405 }) })
 
-  await app.register(accessLog, { onResponse: o.onResponse })
-  await app.register(admission, { maxRequests: o.maxRequests })
-  await app.register(guard)
-  await app.register(authorize, { tokens: o.tokens })
-  await app.register(forward, {
-    origin: o.origin,
-    basePath: o.basePath,
-    methods: FORWARDED_METHODS,
-    dispatcher: o.dispatcher,
-    tokens: o.tokens,
-    log: o.log,
-    onUpstreamError: o.onUpstreamError,
-    onDpopRefused: o.onDpopRefused
-  })
-
-  // @fastify/http-proxy's own WebSocket support completes the client's
-  // handshake before it connects upstream and offers the upstream only one
-  // subprotocol, so an upstream 401 would reach the client as 101 then
-  // close 1011: the sidecar's handler answers with the upstream's verdict.
-  const ws = new WebSocketProxy({
-    origin: o.origin,
-    basePath: o.basePath,
-    tokens: o.tokens,
-    log: o.log,
-    timeoutMs: o.upstreamTimeoutMs,
-    maxMessageBytes: o.websocketMaxMessageBytes,
-    egress: o.egress,
-    onSession: o.onResponse,
-    onDpopRefused: o.onDpopRefused
-  })
-  app.server.on('upgrade', ws.upgrade)
+  const admission = new Admission(o.maxRequests)
+  app.register(accessLog, { route: o.route, onResponse })
+  app.register(admission.plugin)
+  app.register(guard)
+  routeUpgrades(app)
   app.server.on('connect', refusals.onConnect)
-  return { app, closeWebSockets: () => ws.close() }
+  return { app, admission, websockets: new WebSocketSessions() }
 }
 
 /** The client's X-Request-Id when it looks like an id, else a new one. */

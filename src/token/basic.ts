@@ -1,33 +1,34 @@
+import { EventEmitter } from 'node:events'
 import type { Credentials } from '../config/credentials.js'
-import type { AuthorizationSource, LogoutResult } from './source.js'
+import type { Authorization, Credential, CredentialEvents, LogoutResult, Verdict } from './credential.js'
 
 /** AUTH_MODE=basic: a fixed RFC 7617 header, rebuilt when a credential file changes. */
-export class BasicAuthorization implements AuthorizationSource {
+export class BasicCredential implements Credential {
+  readonly kind = 'basic'
+  readonly events = new EventEmitter<CredentialEvents>()
   readonly #credentials: { read(): Credentials, onChange?(listener: () => void): void }
-  #header: string
+  #authorization: Authorization
 
   constructor (credentials: { read(): Credentials, onChange?(listener: () => void): void }) {
     this.#credentials = credentials
-    this.#header = build(credentials.read())
+    this.#authorization = build(credentials.read())
   }
 
   start (): void {
-    this.#credentials.onChange?.(() => { this.#header = build(this.#credentials.read()) })
+    this.#credentials.onChange?.(() => { this.#authorization = build(this.#credentials.read()) })
   }
 
   stop (): void {}
-  current (): string { return this.#header }
-  authorization (): Promise<string> { return Promise.resolve(this.#header) }
-  rejected (): boolean { return false }
-  accepted (): void {}
-  proof (): undefined { return undefined }
-  upstreamNonce (): void {}
+  current (): Authorization { return this.#authorization }
+  authorize (): Promise<Authorization> { return Promise.resolve(this.#authorization) }
+  /** A 401 is the upstream's verdict on fixed credentials: nothing to renew. */
+  answered (): Verdict { return 'relay' }
   ready (): boolean { return true }
   notReadyReason (): undefined { return undefined }
   expiresInSeconds (): number { return 0 }
   endSession (): Promise<LogoutResult> { return Promise.resolve({ outcome: 'skipped', detail: 'basic mode has no session' }) }
 }
 
-function build ({ username = '', password = '' }: Credentials): string {
-  return `Basic ${Buffer.from(`${username}:${password}`, 'utf8').toString('base64')}`
+function build ({ username = '', password = '' }: Credentials): Authorization {
+  return { header: `Basic ${Buffer.from(`${username}:${password}`, 'utf8').toString('base64')}`, prove: undefined }
 }

@@ -1,45 +1,44 @@
-import { createPublicKey, randomUUID } from 'node:crypto'
-import { calculateJwkThumbprint, decodeJwt, exportJWK, SignJWT } from 'jose'
+import { createPublicKey, webcrypto } from 'node:crypto'
+import { calculateJwkThumbprint, decodeJwt, exportJWK } from 'jose'
+import * as oauth from 'oauth4webapi'
 import { parseClientKey, type KeyAlgorithm } from '../config/client-key.js'
 import type { Credentials } from '../config/credentials.js'
 import type { ClientAuth } from '../config/load.js'
 import { GrantError } from './grant.js'
 
 export const CLIENT_ASSERTION_TYPE = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer'
-/** How long a signed assertion is valid: it is made for one request. */
-const ASSERTION_LIFETIME_S = 60
 
-type SigningKey = Parameters<SignJWT['sign']>[0]
+/** WebCrypto's name of each signing algorithm, for importing the client's key. */
+const SUBTLE: Record<KeyAlgorithm, Parameters<typeof webcrypto.subtle.importKey>[2]> = {
+  RS256: { name: 'RSASSA-PKCS1-v1_5', hash: 'SHA-256' },
+  PS256: { name: 'RSA-PSS', hash: 'SHA-256' },
+  ES256: { name: 'ECDSA', namedCurve: 'P-256' },
+  ES384: { name: 'ECDSA', namedCurve: 'P-384' },
+  EdDSA: { name: 'Ed25519' }
+}
 
 /** A parsed client key, kept for as long as the key file's text is the same. */
-interface HeldKey { text: string, key: SigningKey, alg: KeyAlgorithm, kid: string }
-
-/** The client's part of one request to the auth server. */
-export interface ClientProof {
-  fields: Array<[string, string]>
-  /** client_secret_basic's header */
-  authorization?: string
-  /** what in it is secret, for the scrubber */
-  secrets: string[]
-}
+interface HeldKey { text: string, key: webcrypto.CryptoKey, alg: KeyAlgorithm, kid: string }
 
 export interface ClientAuthOptions {
   clientId: string
   clientAuth: ClientAuth
   keyAlg?: KeyAlgorithm
   keyId?: string
-  /** wall-clock seconds, for `iat` and `exp` (tests move it) */
-  nowSeconds?: () => number
+  /** told every secret value a request carries (the secret, an assertion, a Basic header), before it is sent */
+  onSecret: (value: string) => void
 }
 
 /**
- * How the client proves itself on every request (the grants, the refresh,
- * the session ending), with the credentials as they are at that moment: a
- * rotated key or a new projected token is used from the next request on.
- * - client_secret_post / _basic: the secret in the form or in a Basic header;
+ * How the client proves itself on every request to the auth server (the
+ * grants, the session's end), as oauth4webapi's client authentication, made
+ * from the credentials as they are at that moment: a rotated key or a new
+ * projected token is used from the next request on.
+ * - client_secret_post / _basic: the secret in the form or in a Basic header
+ *   (no secret: a public client, its id in the form);
  * - private_key_jwt / client_secret_jwt: a fresh assertion per request
- *   (RFC 7523: iss = sub = the client id, aud = the token endpoint, a
- *   unique jti, exp 60 s after iat), signed with the key or, HS256, the secret;
+ *   (RFC 7523: iss = sub = the client id, aud = the token endpoint, a unique
+ *   jti, exp 60 s after iat), signed with the key or, HS256, the secret;
  * - federated_jwt: the JWT someone else issued, sent as it is, unless it has
  *   expired.
  */
@@ -55,32 +54,29 @@ export class ClientAuthenticator {
     return this.#o.clientAuth
   }
 
-  /** The client's fields (or header) for a request to `audience`, the token endpoint. */
-  async prove (creds: Credentials, audience: string): Promise<ClientProof> {
-    const { clientId, clientAuth } = this.#o
-    const secret = creds.clientSecret
-    switch (clientAuth) {
-      case 'client_secret_basic': {
-        if (secret === undefined) return { fields: [['client_id', clientId]], secrets: [] }
-        // RFC 6749 §2.3.1: each part form-urlencoded, then Base64'd; the
-        // client is identified by the header alone (credentials in both
-        // places are refused by some servers).
-        const encoded = Buffer.from(`${formEncode(clientId)}:${formEncode(secret)}`, 'utf8').toString('base64')
-        return { fields: [], authorization: `Basic ${encoded}`, secrets: [secret, encoded] }
+  /** The client authentication for one request whose assertion names `audience` (the token endpoint). */
+  async forRequest (creds: Credentials, audience: string): Promise<oauth.ClientAuth> {
+    const secret = creds.clientSecret === '' ? undefined : creds.clientSecret
+    const claims = (alg: string, kid?: string): oauth.ModifyAssertionOptions => ({
+      [oauth.modifyAssertion]: (header, payload) => {
+        Object.assign(header, { alg, typ: 'JWT', ...(kid !== undefined && { kid }) })
+        payload.aud = audience
       }
+    })
+    switch (this.#o.clientAuth) {
+      case 'client_secret_basic':
+        return this.#told(secret === undefined ? oauth.None() : oauth.ClientSecretBasic(secret))
       case 'private_key_jwt': {
-        const key = await this.#signingKey(creds.clientKey ?? '')
-        const assertion = await this.#assertion(audience, key.alg, key.key, key.kid)
-        return this.#assertionFields(assertion)
+        const { key, alg, kid } = await this.#signingKey(creds.clientKey ?? '')
+        return this.#told(oauth.PrivateKeyJwt({ key, kid }, claims(alg, kid)))
       }
-      case 'client_secret_jwt': {
-        const assertion = await this.#assertion(audience, 'HS256', new TextEncoder().encode(secret ?? ''))
-        return { ...this.#assertionFields(assertion), secrets: [assertion, ...(secret === undefined ? [] : [secret])] }
-      }
+      case 'client_secret_jwt':
+        if (secret === undefined) throw new GrantError('AUTH_CLIENT_SECRET is empty: client_secret_jwt signs with it', 'credential')
+        return this.#told(oauth.ClientSecretJwt(secret, claims('HS256')))
       case 'federated_jwt':
-        return this.#assertionFields(this.#federated(creds.clientAssertion ?? ''))
+        return this.#told(federated(this.#federated(creds.clientAssertion ?? '')))
       default:
-        return { fields: [['client_id', clientId], ...(secret === undefined ? [] : [['client_secret', secret] as [string, string]])], secrets: secret === undefined ? [] : [secret] }
+        return this.#told(secret === undefined ? oauth.None() : oauth.ClientSecretPost(secret))
     }
   }
 
@@ -91,24 +87,14 @@ export class ClientAuthenticator {
     return { alg, kid }
   }
 
-  #assertionFields (assertion: string): ClientProof {
-    return {
-      fields: [['client_id', this.#o.clientId], ['client_assertion_type', CLIENT_ASSERTION_TYPE], ['client_assertion', assertion]],
-      secrets: [assertion]
+  /** `auth`, telling the scrubber what it put in the request before the request is sent. */
+  #told (auth: oauth.ClientAuth): oauth.ClientAuth {
+    return async (as, client, body, headers) => {
+      await auth(as, client, body, headers)
+      for (const value of [body.get('client_secret'), body.get('client_assertion'), headers.get('authorization')?.replace(/^Basic /, '')]) {
+        if (value !== null && value !== undefined) this.#o.onSecret(value)
+      }
     }
-  }
-
-  async #assertion (audience: string, alg: string, key: SigningKey, kid?: string): Promise<string> {
-    const now = Math.floor(this.#o.nowSeconds?.() ?? Date.now() / 1000)
-    return await new SignJWT({})
-      .setProtectedHeader({ alg, typ: 'JWT', ...(kid !== undefined && { kid }) })
-      .setIssuer(this.#o.clientId)
-      .setSubject(this.#o.clientId)
-      .setAudience(audience)
-      .setJti(randomUUID())
-      .setIssuedAt(now)
-      .setExpirationTime(now + ASSERTION_LIFETIME_S)
-      .sign(key)
   }
 
   async #signingKey (text: string): Promise<HeldKey> {
@@ -120,7 +106,9 @@ export class ClientAuthenticator {
       throw new GrantError(`AUTH_CLIENT_KEY_FILE holds ${(err as Error).message}`, 'credential')
     }
     const kid = this.#o.keyId ?? await calculateJwkThumbprint(await exportJWK(createPublicKey(parsed.key)))
-    this.#key = { text, key: parsed.key, alg: parsed.alg, kid }
+    const der = parsed.key.export({ type: 'pkcs8', format: 'der' })
+    const key = await webcrypto.subtle.importKey('pkcs8', der, SUBTLE[parsed.alg], false, ['sign'])
+    this.#key = { text, key, alg: parsed.alg, kid }
     return this.#key
   }
 
@@ -133,15 +121,18 @@ export class ClientAuthenticator {
     } catch {
       throw new GrantError('AUTH_CLIENT_ASSERTION_FILE holds no JWT', 'credential')
     }
-    const now = this.#o.nowSeconds?.() ?? Date.now() / 1000
-    if (exp !== undefined && exp <= now) {
+    if (exp !== undefined && exp <= Date.now() / 1000) {
       throw new GrantError(`AUTH_CLIENT_ASSERTION_FILE holds a JWT that expired at ${new Date(exp * 1000).toISOString()}: whatever issues it (the kubelet, a SPIFFE agent) has not replaced it`, 'credential')
     }
     return assertion
   }
 }
 
-/** application/x-www-form-urlencoded encoding of one value. */
-function formEncode (value: string): string {
-  return new URLSearchParams([['', value]]).toString().slice(1)
+/** Keycloak's "Signed JWT - Federated": an assertion someone else signed, in the form as RFC 7523 says. */
+function federated (assertion: string): oauth.ClientAuth {
+  return (_as, client, body) => {
+    body.set('client_id', client.client_id)
+    body.set('client_assertion_type', CLIENT_ASSERTION_TYPE)
+    body.set('client_assertion', assertion)
+  }
 }

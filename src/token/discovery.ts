@@ -1,16 +1,21 @@
-import { GrantError, type TokenEndpointResponse } from './grant.js'
+import * as oauth from 'oauth4webapi'
+import { GrantError, type Answer, type Shorten } from './grant.js'
 
 /**
  * OpenID Connect discovery (AUTH_ISSUER_URL): the realm's endpoints read
- * from `{issuer}/.well-known/openid-configuration`, checked the way OpenID
- * Connect Discovery §4.3 says: the document must name the issuer it was
- * fetched from, or it is not used.
+ * from `{issuer}/.well-known/openid-configuration`. oauth4webapi checks the
+ * document the way OpenID Connect Discovery §4.3 says (it must name the
+ * issuer it was fetched from); the sidecar adds what it needs on top.
  */
 export interface Endpoints {
+  /** the issuer as the document names it */
+  issuer: string
   /** undefined when AUTH_TOKEN_URL wins and the document has none */
   tokenUrl?: string
   endSessionUrl?: string
   revocationUrl?: string
+  /** endpoints named but not used, and why (for the log) */
+  ignored: string[]
 }
 
 export function wellKnownUrl (issuer: string): string {
@@ -22,50 +27,65 @@ export function wellKnownUrl (issuer: string): string {
  * AUTH_TOKEN_URL is set. Throws a GrantError: `transient` for what may pass
  * (5xx, 429), `wrong_url` for an answer that is not this issuer's document.
  */
-export function checkDiscovery (issuer: string, res: TokenEndpointResponse, tokenEndpointRequired: boolean): Endpoints {
+export async function checkDiscovery (issuer: string, answer: Answer, res: Response, configuredTokenUrl: string | undefined, shorten: Shorten): Promise<Endpoints> {
   const url = wellKnownUrl(issuer)
-  if (res.status >= 500 || res.status === 429 || res.status === 408) {
-    throw new GrantError(`discovery: ${url} answered ${res.status}`, 'transient', { status: res.status })
+  if (answer.status >= 500 || answer.status === 429 || answer.status === 408) {
+    throw new GrantError(`discovery: ${url} answered ${answer.status}`, 'transient', { status: answer.status })
   }
-  if (res.status !== 200) {
-    const redirect = res.status >= 300 && res.status < 400 ? ` (a redirect${res.location === undefined ? '' : ` to ${res.location.slice(0, 200)}`})` : ''
-    throw new GrantError(`discovery: ${url} answered ${res.status}${redirect}: AUTH_ISSUER_URL is not an OpenID Connect issuer (Keycloak's is https://host/realms/<realm>)`, 'wrong_url', { status: res.status })
+  if (answer.status !== 200) {
+    const redirect = answer.status >= 300 && answer.status < 400 ? ` (a redirect${answer.location === undefined ? '' : ` to ${shorten(answer.location, 200)}`})` : ''
+    throw new GrantError(`discovery: ${url} answered ${answer.status}${redirect}: AUTH_ISSUER_URL is not an OpenID Connect issuer (Keycloak's is https://host/realms/<realm>)`, 'wrong_url', { status: answer.status })
   }
-  let doc: unknown
+  let named: unknown
   try {
-    doc = JSON.parse(res.body)
+    named = (JSON.parse(answer.body) as { issuer?: unknown }).issuer
   } catch {
     throw new GrantError(`discovery: ${url} answered 200 with a body that is not JSON: AUTH_ISSUER_URL is not an OpenID Connect issuer`, 'wrong_url', { status: 200 })
   }
-  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) {
-    throw new GrantError(`discovery: ${url} answered JSON that is not an object`, 'wrong_url', { status: 200 })
-  }
-  const fields = doc as Record<string, unknown>
-  const named = fields.issuer
-  if (typeof named !== 'string' || (named !== issuer && named !== issuer.replace(/\/+$/, ''))) {
-    const shown = typeof named === 'string' ? JSON.stringify(named.slice(0, 200)) : 'none'
-    throw new GrantError(`discovery: the document at ${url} names the issuer ${shown}, not ${issuer}: set AUTH_ISSUER_URL to the issuer exactly as the server names it`, 'wrong_url', { status: 200 })
+  // A trailing slash in AUTH_ISSUER_URL is forgiven: the document's issuer is then the one expected.
+  const expected = typeof named === 'string' && named === issuer.replace(/\/+$/, '') ? named : issuer
+  let doc: oauth.AuthorizationServer
+  try {
+    doc = await oauth.processDiscoveryResponse(new URL(expected), res)
+  } catch (err) {
+    const shown = typeof named === 'string' ? JSON.stringify(shorten(named, 200)) : 'none'
+    const why = typeof named === 'string' && named !== expected
+      ? `names the issuer ${shown}, not ${issuer}: set AUTH_ISSUER_URL to the issuer exactly as the server names it`
+      : `is not an issuer's metadata (${shorten((err as Error).message.replace(/"response" body /g, ''), 200)})`
+    throw new GrantError(`discovery: the document at ${url} ${why}`, 'wrong_url', { status: 200, cause: err })
   }
   // An https issuer's endpoints are https too: a document that sends the
   // credentials over plain http is refused, not followed.
-  const endpoint = (name: string): string | undefined => {
-    const value = fields[name]
+  const https = new URL(issuer).protocol === 'https:'
+  const endpoint = (name: 'token_endpoint' | 'end_session_endpoint' | 'revocation_endpoint'): string | undefined => {
+    const value = doc[name]
     if (value === undefined || value === null) return undefined
     let parsed: URL | undefined
     try { parsed = typeof value === 'string' ? new URL(value) : undefined } catch {}
-    const https = new URL(issuer).protocol === 'https:'
     if (parsed === undefined || !(parsed.protocol === 'https:' || (!https && parsed.protocol === 'http:')) || parsed.hash !== '' || parsed.username !== '' || parsed.password !== '') {
       throw new GrantError(`discovery: ${name} in ${url} is not ${https ? 'an https' : 'an http(s)'} URL`, 'wrong_url', { status: 200 })
     }
     return parsed.href
   }
   const tokenUrl = endpoint('token_endpoint')
-  if (tokenUrl === undefined && tokenEndpointRequired) {
+  if (tokenUrl === undefined && configuredTokenUrl === undefined) {
     throw new GrantError(`discovery: ${url} names no token_endpoint (set AUTH_TOKEN_URL)`, 'wrong_url', { status: 200 })
   }
-  const endSessionUrl = endpoint('end_session_endpoint')
-  const revocationUrl = endpoint('revocation_endpoint')
+  // The session's end carries the refresh token and the client's
+  // credential: only to the issuer's or the token endpoint's origin.
+  const trusted = new Set([new URL(issuer).origin, new URL(configuredTokenUrl ?? tokenUrl!).origin])
+  const ignored: string[] = []
+  const sameOrigin = (name: 'end_session_endpoint' | 'revocation_endpoint'): string | undefined => {
+    const found = endpoint(name)
+    if (found === undefined || trusted.has(new URL(found).origin)) return found
+    ignored.push(`${name} ${found} is on another origin than the issuer and the token endpoint: not used`)
+    return undefined
+  }
+  const endSessionUrl = sameOrigin('end_session_endpoint')
+  const revocationUrl = sameOrigin('revocation_endpoint')
   return {
+    issuer: doc.issuer,
+    ignored,
     ...(tokenUrl !== undefined && { tokenUrl }),
     ...(endSessionUrl !== undefined && { endSessionUrl }),
     ...(revocationUrl !== undefined && { revocationUrl })

@@ -1,5 +1,6 @@
-import { constants, createHash, generateKeyPairSync, randomUUID, sign, type KeyObject } from 'node:crypto'
-import { calculateJwkThumbprint, exportJWK } from 'jose'
+import { constants, createHash, KeyObject, randomUUID, sign, webcrypto } from 'node:crypto'
+import { calculateJwkThumbprint, type JWK } from 'jose'
+import * as oauth from 'oauth4webapi'
 import type { DpopAlgorithm } from '../config/types.js'
 
 /** node:crypto's name of the digest and its signature options, per algorithm. */
@@ -10,40 +11,53 @@ const SIGNING: Record<DpopAlgorithm, { digest: string | null, options: object }>
   PS256: { digest: 'sha256', options: { padding: constants.RSA_PKCS1_PSS_PADDING, saltLength: 32 } }
 }
 
+/** WebCrypto's parameters for making a key pair of each algorithm. */
+const GENERATE: Record<DpopAlgorithm, webcrypto.EcKeyGenParams | webcrypto.RsaHashedKeyGenParams | webcrypto.Algorithm> = {
+  ES256: { name: 'ECDSA', namedCurve: 'P-256' },
+  EdDSA: { name: 'Ed25519' },
+  RS256: { name: 'RSASSA-PKCS1-v1_5', modulusLength: 2048, publicExponent: new Uint8Array([1, 0, 1]), hash: 'SHA-256' },
+  PS256: { name: 'RSA-PSS', modulusLength: 2048, publicExponent: new Uint8Array([1, 0, 1]), hash: 'SHA-256' }
+}
+
 /**
  * The sidecar's DPoP key pair (RFC 9449), made at start and kept in memory
- * only, and the proofs it signs: one per request, for exactly its method and
- * URL, with `ath` once there is an access token.
- *
- * A proof is made for every proxied request, so it is signed here with
- * node:crypto, synchronously, at half the CPU of jose's WebCrypto signing
- * (`npm run bench` measures both), and in the dispatcher's own turn. The key's
- * JWK and thumbprint come from jose; the tests verify every kind of proof
- * with jose.
+ * only. oauth4webapi proves the token requests with it (`handle`); the
+ * proofs of proxied requests, one per request, are signed here with
+ * node:crypto, synchronously, at half the CPU of WebCrypto's signing (`npm
+ * run bench` measures both), in the request's own turn. The tests verify
+ * every kind of proof with jose.
  */
 export class DpopKey {
   readonly alg: DpopAlgorithm
   /** the RFC 7638 thumbprint of the public key: what a bound token's `cnf.jkt` names */
   readonly thumbprint: string
+  /** the pair as oauth4webapi takes it; the private key cannot be exported */
+  readonly keyPair: webcrypto.CryptoKeyPair
   readonly #privateKey: KeyObject
   readonly #encodedHeader: string
   /** the last access token's `ath`, computed once per token */
   #ath: { token: string, value: string } | undefined
 
-  private constructor (alg: DpopAlgorithm, privateKey: KeyObject, encodedHeader: string, thumbprint: string) {
+  private constructor (alg: DpopAlgorithm, keyPair: webcrypto.CryptoKeyPair, encodedHeader: string, thumbprint: string) {
     this.alg = alg
-    this.#privateKey = privateKey
+    this.keyPair = keyPair
+    this.#privateKey = KeyObject.from(keyPair.privateKey)
     this.#encodedHeader = encodedHeader
     this.thumbprint = thumbprint
   }
 
   static async generate (alg: DpopAlgorithm): Promise<DpopKey> {
-    const { privateKey, publicKey } = alg === 'ES256'
-      ? generateKeyPairSync('ec', { namedCurve: 'P-256' })
-      : alg === 'EdDSA' ? generateKeyPairSync('ed25519') : generateKeyPairSync('rsa', { modulusLength: 2048 })
-    const jwk = await exportJWK(publicKey)
+    const keyPair = await webcrypto.subtle.generateKey(GENERATE[alg], false, ['sign', 'verify']) as webcrypto.CryptoKeyPair
+    const { kty, crv, x, y, n, e } = await webcrypto.subtle.exportKey('jwk', keyPair.publicKey)
+    const jwk = Object.fromEntries(Object.entries({ kty, crv, x, y, n, e }).filter(([, v]) => v !== undefined)) as JWK
     const header = Buffer.from(JSON.stringify({ typ: 'dpop+jwt', alg, jwk })).toString('base64url')
-    return new DpopKey(alg, privateKey, header, await calculateJwkThumbprint(jwk))
+    return new DpopKey(alg, keyPair, header, await calculateJwkThumbprint(jwk))
+  }
+
+  /** oauth4webapi's DPoP handle for this key: it proves token requests and keeps the server's nonce. */
+  handle (): oauth.DPoPHandle {
+    // oauth4webapi names an Ed25519 key's algorithm Ed25519; the proofs say EdDSA, as Keycloak expects
+    return oauth.DPoP({}, this.keyPair, { [oauth.modifyAssertion]: (header) => { header.alg = this.alg } })
   }
 
   /**

@@ -17,7 +17,7 @@ export function notReadyText (failure: FailureClass | undefined, endpoints: { to
     case 'credentials': return 'credentials rejected by the auth server (see the log for its reason)'
     case 'rejected': return 'token request refused by the auth server (see the log for its reason)'
     case 'wrong_url': return `wrong token URL: ${endpoints.tokenUrl ?? ''} is not a token endpoint (set AUTH_URL and AUTH_REALM, AUTH_ISSUER_URL, or AUTH_TOKEN_URL)`
-    case 'unusable': return 'the token endpoint answered without a usable token (see the log); retrying slowly'
+    case 'unusable': return 'the token endpoint answered without a usable token (see the log); retrying'
     case 'credential': return 'the client credential cannot be used (see the log); retrying when its file changes'
     case 'discovery': return `OpenID Connect discovery at ${wellKnownUrl(endpoints.issuerUrl ?? '')} failed (see the log); retrying`
     case 'transient': return 'token endpoint unreachable or failing; retrying'

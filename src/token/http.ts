@@ -1,47 +1,69 @@
 import type { Dispatcher } from 'undici'
-import type { GetJson, PostForm, TokenEndpointResponse } from './grant.js'
+
+/** One request to the auth server (discovery, a grant, the session's end), as oauth4webapi makes it. */
+export interface AuthRequest {
+  method: 'GET' | 'POST'
+  url: string
+  headers: Record<string, string>
+  body?: string
+  signal: AbortSignal
+}
+
+/** The auth server's answer, read whole: header names in lower case. */
+export interface AuthAnswer {
+  status: number
+  headers?: Record<string, string>
+  body: string
+}
+
+/** Sends one request to the auth server; rejects on a network error and on the signal. Tests replace it. */
+export type AuthHttp = (request: AuthRequest) => Promise<AuthAnswer>
 
 /** A token (or discovery) answer larger than this is not one. */
-const MAX_BODY_BYTES = 256 * 1024
+export const MAX_ANSWER_BYTES = 256 * 1024
 
-/** PostForm over undici; the caller owns `dispatcher` (proxy-aware, TLS verified). */
-export function createPostForm (dispatcher: Dispatcher): PostForm {
-  return (url, form, signal, headers) => send(dispatcher, 'POST', url, signal, {
-    'content-type': 'application/x-www-form-urlencoded',
-    accept: 'application/json',
-    ...headers
-  }, form)
-}
-
-/** GetJson over undici, for OpenID Connect discovery. */
-export function createGetJson (dispatcher: Dispatcher): GetJson {
-  return (url, signal) => send(dispatcher, 'GET', url, signal, { accept: 'application/json' })
-}
-
-async function send (
-  dispatcher: Dispatcher, method: 'GET' | 'POST', url: string, signal: AbortSignal, headers: Record<string, string>, body?: string
-): Promise<TokenEndpointResponse> {
-  const { origin, pathname, search } = new URL(url)
-  // undici's request() never follows redirects: a request goes to the
-  // configured (or discovered) URL and nowhere else.
-  const res = await dispatcher.request({ origin, path: pathname + search, method, signal, headers, ...(body !== undefined && { body }) })
-  const chunks: Buffer[] = []
-  let size = 0
-  for await (const chunk of res.body) {
-    size += (chunk as Buffer).length
-    if (size > MAX_BODY_BYTES) {
-      res.body.destroy()
-      throw new Error('the answer is larger than 256 KiB')
+/** AuthHttp over undici; the caller owns `dispatcher` (proxy-aware, TLS verified). */
+export function createAuthHttp (dispatcher: Dispatcher): AuthHttp {
+  return async ({ method, url, headers, body, signal }) => {
+    const { origin, pathname, search } = new URL(url)
+    // undici's request() never follows redirects: a request goes to the
+    // configured (or discovered) URL and nowhere else.
+    const res = await dispatcher.request({ origin, path: pathname + search, method, signal, headers, ...(body !== undefined && { body }) })
+    const chunks: Buffer[] = []
+    let size = 0
+    for await (const chunk of res.body) {
+      size += (chunk as Buffer).length
+      if (size > MAX_ANSWER_BYTES) {
+        res.body.destroy()
+        throw new Error('the answer is larger than 256 KiB')
+      }
+      chunks.push(chunk as Buffer)
     }
-    chunks.push(chunk as Buffer)
+    const kept: Record<string, string> = {}
+    for (const [name, value] of Object.entries(res.headers)) {
+      if (typeof value === 'string') kept[name] = value
+    }
+    return { status: res.statusCode, headers: kept, body: Buffer.concat(chunks).toString('utf8') }
   }
-  const { 'retry-after': retryAfter, 'content-type': contentType, location, 'dpop-nonce': dpopNonce } = res.headers
-  return {
-    status: res.statusCode,
-    ...(typeof retryAfter === 'string' && { retryAfter }),
-    ...(typeof contentType === 'string' && { contentType }),
-    ...(typeof location === 'string' && { location }),
-    ...(typeof dpopNonce === 'string' && { dpopNonce }),
-    body: Buffer.concat(chunks).toString('utf8')
+}
+
+/** Statuses whose answer has no body (the Fetch standard's null body statuses). */
+const NULL_BODY = new Set([101, 103, 204, 205, 304])
+
+/**
+ * oauth4webapi's `customFetch` over an AuthHttp. A status a Response cannot
+ * hold (below 200, above 599) is a failed request, as a network error is.
+ */
+export function fetchOver (http: AuthHttp): (url: string, init: { method: string, headers: Record<string, string>, body?: unknown, signal?: AbortSignal }) => Promise<Response> {
+  return async (url, init) => {
+    const answer = await http({
+      method: init.method === 'GET' ? 'GET' : 'POST',
+      url,
+      headers: init.headers,
+      ...(init.body !== undefined && init.body !== null && { body: String(init.body) }),
+      signal: init.signal ?? new AbortController().signal
+    })
+    if (answer.status < 200 || answer.status > 599) throw new Error(`the server answered with status ${answer.status}`)
+    return new Response(NULL_BODY.has(answer.status) ? null : answer.body, { status: answer.status, headers: answer.headers ?? {} })
   }
 }

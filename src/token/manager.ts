@@ -1,20 +1,23 @@
+import type { EventEmitter } from 'node:events'
 import { TokenUnavailableError } from '../errors.js'
 import type { Logger } from '../logger.js'
 import type { SecretScrubber } from '../secrets.js'
-import type { AuthServer } from './auth-server.js'
+import type { PrimaryGrant } from '../config/load.js'
+import { dpopRefusalOf, refusesScope } from './challenge.js'
 import { MAX_TIMER_MS, systemClock, type Clock } from './clock.js'
+import type { Authorization, Credential, CredentialEvents, HeaderValue, LogoutResult, Verdict } from './credential.js'
 import type { Endpoints } from './discovery.js'
 import { dpopNonceOf } from './dpop.js'
 import { classify, logFailure, notReadyText, type FailureClass } from './failures.js'
 import { GrantError, type GrantType, type TokenSet } from './grant.js'
+import type { OAuthClient } from './oauth-client.js'
 import { RejectionBackoff } from './rejection-backoff.js'
 import { backoffDelay, renewalDelay, slowRetryDelay, usableFor } from './schedule.js'
 import { endSession } from './session.js'
-import type { AuthorizationSource, LogoutResult, TokenEvents } from './source.js'
-import type { PrimaryGrant } from '../config/load.js'
+import { Waiters } from './waiters.js'
 
 export interface TokenManagerOptions {
-  server: AuthServer
+  server: OAuthClient
   /** re-read credentials: a changed file is tried at once after a rejection */
   credentials: { onChange?(listener: () => void): void }
   log: Logger
@@ -25,13 +28,12 @@ export interface TokenManagerOptions {
   rejectedRetryMs: number
   clock?: Clock
   random?: () => number
-  onLogout?: TokenEvents['onLogout']
   /** replaces known secret values in texts before they are logged */
   secrets: SecretScrubber
 }
 
 interface HeldToken {
-  header: string
+  authorization: Authorization
   accessToken: string
   receivedAt: number
   lifetimeMs: number
@@ -44,27 +46,26 @@ interface HeldRefresh {
   usableUntil: number | undefined
 }
 
-interface Waiter {
-  resolve: (header: string) => void
-  reject: (err: Error) => void
-  deadline: number
-  timer: unknown
-}
-
 /**
  * Keeps one access token fresh: the password grant at start, the refresh
  * grant before expiry, the password grant again when the refresh token
  * lapses or is refused, backoff through outages, and never more than one
  * grant request in flight.
  */
-export class TokenManager implements AuthorizationSource {
+export class TokenManager implements Credential {
+  readonly kind = 'oauth2'
+  /** the auth server's events (its grants) and the manager's own */
+  readonly events: EventEmitter<CredentialEvents>
   readonly #o: TokenManagerOptions
-  readonly #server: AuthServer
+  readonly #server: OAuthClient
   readonly #clock: Clock
   readonly #random: () => number
+  readonly #waiters: Waiters<Authorization>
   #token: HeldToken | undefined
   #refresh: HeldRefresh | undefined
   #inflight: Promise<void> | undefined
+  /** why the renewal in flight was started */
+  #cause: 'schedule' | 'upstream_401' = 'schedule'
   #timer: unknown
   /** when the pending retry after a failure is due; undefined when not in backoff */
   #retryAt: number | undefined
@@ -76,9 +77,8 @@ export class TokenManager implements AuthorizationSource {
   #stopped = false
   /** a grant answered after stop(): never used, only its session ended */
   #lateGrant: TokenSet | undefined
-  readonly #waiters = new Set<Waiter>()
   readonly #secrets: SecretScrubber
-  /** renewals caused by upstream 401s with no other upstream answer in between */
+  /** renewals caused by upstream 401s, paced */
   readonly #rejections = new RejectionBackoff()
   /** the upstream's newest DPoP nonce */
   #upstreamNonce: string | undefined
@@ -86,9 +86,11 @@ export class TokenManager implements AuthorizationSource {
   constructor (options: TokenManagerOptions) {
     this.#o = options
     this.#server = options.server
+    this.events = options.server.events
     this.#secrets = options.secrets
     this.#clock = options.clock ?? systemClock
     this.#random = options.random ?? Math.random
+    this.#waiters = new Waiters(this.#clock, options.waitMs, () => this.#retryAfterSeconds())
   }
 
   start (): void {
@@ -98,19 +100,20 @@ export class TokenManager implements AuthorizationSource {
         this.#renewNow()
       }
     })
-    this.#renewNow()
+    // a token already held (`check`'s) is kept and renewed on its schedule
+    if (this.#token === undefined) this.#renewNow()
   }
 
   stop (): void {
     this.#stopped = true
     this.#clock.clearTimeout(this.#timer)
     this.#server.stop()
-    this.#failWaiters(() => true)
+    this.#waiters.failBefore()
   }
 
-  current (): string | undefined {
+  current (): Authorization | undefined {
     const t = this.#token
-    return t !== undefined && this.#clock.now() < t.usableUntil ? t.header : undefined
+    return t !== undefined && this.#clock.now() < t.usableUntil ? t.authorization : undefined
   }
 
   ready (): boolean {
@@ -127,9 +130,9 @@ export class TokenManager implements AuthorizationSource {
     return Math.max(0, (t.receivedAt + t.lifetimeMs - this.#clock.now()) / 1000)
   }
 
-  authorization (): Promise<string> {
-    const header = this.current()
-    if (header !== undefined) return Promise.resolve(header)
+  authorize (): Promise<Authorization> {
+    const held = this.current()
+    if (held !== undefined) return Promise.resolve(held)
     if (this.#stopped) return Promise.reject(new TokenUnavailableError(1))
 
     const now = this.#clock.now()
@@ -141,56 +144,40 @@ export class TokenManager implements AuthorizationSource {
         return Promise.reject(new TokenUnavailableError(secondsUntil(this.#retryAt - now)))
       }
     }
-    return new Promise((resolve, reject) => {
-      const waiter: Waiter = {
-        resolve,
-        reject,
-        deadline: now + this.#o.waitMs,
-        timer: this.#clock.setTimeout(() => {
-          this.#waiters.delete(waiter)
-          reject(new TokenUnavailableError(this.#retryAfterSeconds()))
-        }, this.#o.waitMs)
-      }
-      this.#waiters.add(waiter)
-    })
+    return this.#waiters.wait()
   }
 
-  rejected (header: string): boolean {
+  answered (authorization: Authorization, status: number, challenge: HeaderValue, nonce: HeaderValue): Verdict {
+    if (nonce !== undefined && this.#server.dpop !== undefined) this.#upstreamNonce = dpopNonceOf(nonce) ?? this.#upstreamNonce
+    if (status !== 401) return 'relay'
+    const refusal = dpopRefusalOf(challenge)
+    if (refusal !== undefined) {
+      // the proof was refused, not the token: asked for a nonce, the request may go once more with it
+      this.events.emit('dpop_refused', refusal)
+      return refusal === 'use_dpop_nonce' ? 'replay' : 'relay'
+    }
+    // the token is fine but lacks a scope: a new one would lack it too
+    if (refusesScope(challenge)) return 'relay'
     const token = this.#token
-    if (token === undefined || token.header !== header) return true // already replaced: one renewal per rejected token
+    if (token === undefined || token.authorization !== authorization) return 'renewed' // already replaced: one renewal per rejected token
     const { waitMs, inARow, first } = this.#rejections.take(this.#clock.now())
     if (waitMs > 0) {
       // the 401 is relayed and the token kept
       if (first) this.#o.log.warn({ event: 'token', reason: 'upstream_401', renewalsInARow: inARow, nextRenewalInMs: Math.round(waitMs) }, 'upstream rejects new tokens too: keeping the token, the next renewal on a 401 waits')
-      return false
+      return 'relay'
     }
     this.#token = undefined
     this.#o.log.warn({ event: 'token', reason: 'upstream_401' }, 'upstream rejected the access token: obtaining a new one')
-    this.#renewNow()
-    return true
+    this.#renewNow('upstream_401')
+    return 'renewed'
   }
 
-  accepted (): void {
-    this.#rejections.reset()
-  }
-
-  proof (header: string, method: string, url: string): string | undefined {
-    const dpop = this.#server.dpop
-    if (dpop === undefined) return undefined
-    return dpop.proof(method, url, { nonce: this.#upstreamNonce, accessToken: header.slice(header.indexOf(' ') + 1) })
-  }
-
-  upstreamNonce (header: string | string[] | number | undefined): void {
-    if (header === undefined || this.#server.dpop === undefined) return
-    const nonce = dpopNonceOf(header)
-    if (nonce !== undefined) this.#upstreamNonce = nonce
-  }
-
-  #renewNow (): void {
+  #renewNow (cause: 'schedule' | 'upstream_401' = 'schedule'): void {
     if (this.#inflight !== undefined || this.#stopped) return
     this.#clock.clearTimeout(this.#timer)
     this.#retryAt = undefined
     this.#waitingOnCredentials = false
+    this.#cause = cause
     this.#inflight = this.#attempt().finally(() => { this.#inflight = undefined })
   }
 
@@ -279,9 +266,9 @@ export class TokenManager implements AuthorizationSource {
     this.#refresh = undefined
     this.#token = undefined
     this.#lateGrant = undefined
-    const { outcome, detail } = await endSession(this.#server, held, timeoutMs, this.#clock)
+    const { outcome, detail } = await endSession(this.#server, held, timeoutMs, this.#clock, (text, max) => this.#secrets.shorten(text, max))
     const said = this.#secrets.scrub(detail)
-    this.#o.onLogout?.(outcome)
+    this.events.emit('logout', outcome)
     this.#o.log[outcome === 'success' || outcome === 'skipped' ? 'info' : 'warn']({ event: 'logout', outcome }, said)
     return { outcome, detail: said }
   }
@@ -302,14 +289,15 @@ export class TokenManager implements AuthorizationSource {
       return
     }
     const now = this.#clock.now()
-    const header = `${this.#server.scheme} ${set.accessToken}`
-    this.#token = { header, accessToken: set.accessToken, receivedAt: now, lifetimeMs: set.expiresInMs, usableUntil: now + usableFor(set.expiresInMs) }
+    this.#token = { authorization: this.#authorizationFor(set.accessToken), accessToken: set.accessToken, receivedAt: now, lifetimeMs: set.expiresInMs, usableUntil: now + usableFor(set.expiresInMs) }
     this.#refresh = set.refreshToken === undefined
       ? undefined
       : {
           token: set.refreshToken,
           usableUntil: set.refreshExpiresInMs === undefined ? undefined : now + usableFor(set.refreshExpiresInMs)
         }
+    // A token obtained on schedule starts over: its first 401 renews it at once.
+    if (this.#cause !== 'upstream_401') this.#rejections.reset()
 
     this.#o.log.info({
       event: 'token',
@@ -324,11 +312,16 @@ export class TokenManager implements AuthorizationSource {
     this.#lastFailureKind = undefined
 
     this.#arm(now + renewalDelay(set.expiresInMs, this.#random()), () => this.#renewNow())
-    for (const w of this.#waiters) {
-      this.#clock.clearTimeout(w.timer)
-      w.resolve(header)
+    this.#waiters.resolve(this.#token.authorization)
+  }
+
+  /** The header for a token, and in DPoP mode the proofs that go with it. */
+  #authorizationFor (accessToken: string): Authorization {
+    const dpop = this.#server.dpop
+    return {
+      header: `${this.#server.scheme} ${accessToken}`,
+      prove: dpop === undefined ? undefined : (method, url) => dpop.proof(method, url, { nonce: this.#upstreamNonce, accessToken })
     }
-    this.#waiters.clear()
   }
 
   #failed (step: GrantType | 'discovery', err: unknown): void {
@@ -336,13 +329,15 @@ export class TokenManager implements AuthorizationSource {
     const rejected = e.kind === 'rejected'
     this.#lastFailureKind = classify(step, e)
     // What will not change by itself, and what may each time have taken the
-    // credentials somewhere or opened a session, is retried slowly: a
-    // refusal, an answer without a usable token, a URL that is no token
-    // endpoint. An outage is retried with backoff.
-    const slow = step !== 'discovery' && e.kind !== 'transient'
+    // credentials somewhere, is retried slowly: a refusal, a URL that is no
+    // token endpoint, a client credential that cannot be used. An outage is
+    // retried with backoff; so is an answer without a usable token (a
+    // glitch, often), its backoff growing to the slow pace, since each such
+    // answer may have opened a session.
+    const slow = step !== 'discovery' && (rejected || e.kind === 'wrong_url' || e.kind === 'credential')
     const delay = slow
       ? slowRetryDelay(this.#o.rejectedRetryMs, this.#random())
-      : backoffDelay({ minMs: this.#o.retryMinMs, maxMs: this.#o.retryMaxMs }, this.#failures, this.#random(), e.retryAfterMs)
+      : backoffDelay({ minMs: this.#o.retryMinMs, maxMs: e.kind === 'unusable' ? this.#o.rejectedRetryMs : this.#o.retryMaxMs }, this.#failures, this.#random(), e.retryAfterMs)
     this.#failures += 1
 
     const fields = {
@@ -362,16 +357,7 @@ export class TokenManager implements AuthorizationSource {
     this.#arm(retryAt, () => this.#renewNow())
     this.#retryAt = retryAt
     this.#waitingOnCredentials = rejected || e.kind === 'credential'
-    this.#failWaiters((w) => w.deadline < retryAt)
-  }
-
-  #failWaiters (which: (w: Waiter) => boolean): void {
-    for (const w of this.#waiters) {
-      if (!which(w)) continue
-      this.#clock.clearTimeout(w.timer)
-      this.#waiters.delete(w)
-      w.reject(new TokenUnavailableError(this.#retryAfterSeconds()))
-    }
+    this.#waiters.failBefore(retryAt)
   }
 
   #retryAfterSeconds (): number {

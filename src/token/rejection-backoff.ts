@@ -5,8 +5,9 @@ export const UPSTREAM_401_BACKOFF_MAX_MS = 60_000
 /**
  * When the upstream rejects a token, a new one is obtained at once; should
  * it reject the new ones too (a wrong audience, say), renewals caused by its
- * 401s back off, so that such an upstream cannot drive a grant per request.
- * Any other answer of the upstream starts over.
+ * 401s back off, whatever it answers to other requests in between, so that
+ * such an upstream cannot drive a grant per request. A token obtained on
+ * schedule starts over.
  */
 export class RejectionBackoff {
   #inARow = 0

@@ -1,7 +1,7 @@
-import type { AuthServer } from './auth-server.js'
 import type { Clock } from './clock.js'
-import { endSessionFields, oauthErrorOf, revocationFields, type Fields } from './grant.js'
-import type { LogoutOutcome, LogoutResult } from './source.js'
+import type { LogoutOutcome, LogoutResult } from './credential.js'
+import { MAX_DESCRIPTION, oauthErrorOf, type Answer, type Shorten } from './grant.js'
+import type { OAuthClient } from './oauth-client.js'
 
 /** What is held when the session is ended: the refresh token if any, else the access token. */
 export interface HeldSession {
@@ -12,8 +12,8 @@ export interface HeldSession {
 /** One request that may end the session. */
 interface Attempt {
   url: string
-  fields: Fields
   endpoint: 'end-session endpoint' | 'revocation endpoint'
+  send: (timeoutMs: number) => Promise<Answer>
 }
 
 /**
@@ -29,7 +29,7 @@ interface Attempt {
  * endpoint refuses a DPoP-bound refresh token (a public client's) whatever
  * proof comes with it, and its revocation endpoint ends the same session.
  */
-export async function endSession (server: AuthServer, held: HeldSession, timeoutMs: number, clock: Pick<Clock, 'now'>): Promise<LogoutResult> {
+export async function endSession (server: OAuthClient, held: HeldSession, timeoutMs: number, clock: Pick<Clock, 'now'>, shorten: Shorten): Promise<LogoutResult> {
   const { refreshToken, accessToken } = held
   if (refreshToken === undefined && accessToken === undefined) return { outcome: 'skipped', detail: 'no session to end: no token was obtained' }
   // without discovery, Keycloak's layout: the token URL's siblings
@@ -37,13 +37,14 @@ export async function endSession (server: AuthServer, held: HeldSession, timeout
   const endSessionUrl = server.endpoints?.endSessionUrl ?? (derived ? keycloakEndpointUrl(server.tokenUrl, 'logout') : undefined)
   const attempts: Attempt[] = []
   if (refreshToken !== undefined && endSessionUrl !== undefined) {
-    attempts.push({ url: endSessionUrl, fields: endSessionFields(refreshToken), endpoint: 'end-session endpoint' })
+    attempts.push({ url: endSessionUrl, endpoint: 'end-session endpoint', send: async (ms) => await server.endSession(endSessionUrl, refreshToken, ms) })
   }
   // A derived revocation URL only follows a refusal: alone, it would be a
   // guess sent to every server whose token URL ends in /token.
   const revocationUrl = server.endpoints?.revocationUrl ?? (derived && attempts.length > 0 ? keycloakEndpointUrl(server.tokenUrl, 'revoke') : undefined)
   if (revocationUrl !== undefined) {
-    attempts.push({ url: revocationUrl, fields: revocationFields(refreshToken ?? accessToken!, refreshToken !== undefined ? 'refresh_token' : 'access_token'), endpoint: 'revocation endpoint' })
+    const [token, hint] = refreshToken !== undefined ? [refreshToken, 'refresh_token' as const] : [accessToken!, 'access_token' as const]
+    attempts.push({ url: revocationUrl, endpoint: 'revocation endpoint', send: async (ms) => await server.revoke(revocationUrl, token, hint, ms) })
   }
   if (attempts.length === 0) {
     return refreshToken === undefined
@@ -54,7 +55,7 @@ export async function endSession (server: AuthServer, held: HeldSession, timeout
   const deadline = clock.now() + timeoutMs
   const refusals: string[] = []
   let outcome: LogoutOutcome = 'error'
-  for (const { url, fields, endpoint } of attempts) {
+  for (const { url, endpoint, send } of attempts) {
     const left = refusals.length === 0 ? timeoutMs : Math.round(deadline - clock.now())
     if (left <= 0) {
       refusals.push(`no time left for the ${endpoint} ${url}`)
@@ -63,9 +64,9 @@ export async function endSession (server: AuthServer, held: HeldSession, timeout
     let status: number
     let answer: ReturnType<typeof oauthErrorOf>
     try {
-      const res = await server.postForm(url, fields, left)
+      const res = await send(left)
       status = res.status
-      answer = oauthErrorOf(res)
+      answer = oauthErrorOf(res.body)
     } catch (err) {
       // unreachable or timed out: another request to the same server would fare no better
       return { outcome: 'error', detail: `session not ended: ${[...refusals, (err as Error).message].join('; ')}` }
@@ -74,8 +75,8 @@ export async function endSession (server: AuthServer, held: HeldSession, timeout
     if (status >= 200 && status < 300) {
       return { outcome: 'success', detail: `session ended: ${what}${refusals.length === 0 ? '' : `, after ${refusals.join('; ')}`}` }
     }
-    const error = answer.error?.slice(0, 100)
-    const description = answer.description
+    const error = answer.error === undefined ? undefined : shorten(answer.error, 100)
+    const description = shorten(answer.description, MAX_DESCRIPTION)
     const rejected = status >= 400 && status < 500 && error !== undefined
     outcome = rejected ? 'rejected' : 'error'
     refusals.push(`${what}${error === undefined ? '' : ` ${error}${description === '' ? '' : ` (${description})`}`}${!rejected && (status === 404 || status === 405) ? ' (no such endpoint on this server: set AUTH_LOGOUT_ON_SHUTDOWN=false, or AUTH_ISSUER_URL)' : ''}`)

@@ -18,13 +18,13 @@ t.test('healthz is 200; readyz follows the token; metrics are Prometheus text', 
   t.match(metrics.body, /^auth_sidecar_token_grants_total\{grant_type="password",outcome="rejected"\} [1-9]/m, 'the rejection counted')
 
   h.tokenServer.users['service-user'] = 'service-password-9f8e7d'
-  h.app.tokens.rejected('none') // a no-op: rejected() for an unknown header changes nothing
+  h.app.credential.answered({ header: 'none', prove: undefined }, 401, undefined, undefined) // a no-op: rejected() for an unknown header changes nothing
   t.equal((await send(`${h.adminUrl}/readyz`)).status, 503)
 })
 
 t.test('readyz turns 200 with a token; metrics show grants, expiry and requests by status', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const ready = await send(`${h.adminUrl}/readyz`)
   t.equal(ready.status, 200)
   await send(`${h.proxyUrl}/a`)
@@ -37,7 +37,7 @@ t.test('readyz turns 200 with a token; metrics show grants, expiry and requests 
   t.match(metrics.body, /auth_sidecar_proxy_request_duration_seconds_count\{status="200"\} 1/)
   t.match(metrics.body, /auth_sidecar_proxy_request_duration_seconds_count\{status="404"\} 1/)
   t.match(metrics.body, /auth_sidecar_ready 1/)
-  const token = h.app.tokens.current()!.slice(7)
+  const token = h.app.credential.current()!.header.slice(7)
   t.notMatch(metrics.body, token)
   t.notMatch(metrics.body, 'service-password')
   t.equal((await send(`${h.adminUrl}/nope`)).status, 404)
@@ -45,7 +45,7 @@ t.test('readyz turns 200 with a token; metrics show grants, expiry and requests 
 
 t.test('readyz turns 503 the moment shutdown begins', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const slow = send(`${h.proxyUrl}/_slow/400`)
   await until(() => h.upstream.received.length === 1)
   const closing = h.app.close(2_000)

@@ -3,9 +3,9 @@ import { buildWithIssuer, get, until } from '../helpers/build.js'
 
 t.test('AUTH_ISSUER_URL: the token endpoint from discovery, fetched once for the process\'s life', async (t) => {
   const d = await buildWithIssuer(t)
-  await until(() => d.app.tokens.ready())
+  await until(() => d.app.credential.ready())
   t.equal(d.tokenServer.discoveries, 1)
-  d.tokenServer.revoke(d.app.tokens.current()!.slice('Bearer '.length))
+  d.tokenServer.revoke(d.app.credential.current()!.header.slice('Bearer '.length))
   t.equal((await get(`${d.proxyUrl}/_verify`)).status, 200)
   t.equal(d.tokenServer.grants.length, 2)
   t.equal(d.tokenServer.discoveries, 1, 'not fetched again for a renewal')
@@ -14,7 +14,7 @@ t.test('AUTH_ISSUER_URL: the token endpoint from discovery, fetched once for the
 
 t.test('AUTH_ISSUER_URL: a document naming another issuer is not used; discovery is retried with backoff', async (t) => {
   const d = await buildWithIssuer(t, [{ status: 200, body: JSON.stringify({ issuer: 'https://evil.example/realms/x', token_endpoint: 'https://evil.example/token' }) }])
-  await until(() => d.app.tokens.ready())
+  await until(() => d.app.credential.ready())
   t.equal(d.tokenServer.discoveries, 2, 'the bad document, then the good one')
   const failure = d.log.records().find((r) => r.event === 'discovery' && r.level === 50)!
   t.match(failure.reason, /names the issuer "https:\/\/evil\.example\/realms\/x", not http/)

@@ -5,7 +5,7 @@ const CLIENT_CREDENTIALS = { AUTH_GRANT_TYPE: 'client_credentials', AUTH_USERNAM
 
 t.test('on shutdown the session is ended at the end-session endpoint, after the drain', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   t.equal(h.tokenServer.activeSessions(), 1)
   await h.app.close(2_000)
   t.equal(h.tokenServer.activeSessions(), 0, 'no session left behind')
@@ -23,7 +23,7 @@ t.test('on shutdown the session is ended at the end-session endpoint, after the 
 
 t.test('AUTH_LOGOUT_ON_SHUTDOWN=false leaves the session to Keycloak', async (t) => {
   const h = await build(t, { AUTH_LOGOUT_ON_SHUTDOWN: 'false' })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   await h.app.close(2_000)
   t.equal(h.tokenServer.activeSessions(), 1)
   t.same(h.tokenServer.logouts, [])
@@ -31,7 +31,7 @@ t.test('AUTH_LOGOUT_ON_SHUTDOWN=false leaves the session to Keycloak', async (t)
 
 t.test('ending the session never delays the exit beyond TOKEN_TIMEOUT_MS, and is counted', async (t) => {
   const h = await build(t, { TOKEN_TIMEOUT_MS: '300' })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   h.tokenServer.faults.push({ hang: true })
   const started = Date.now()
   await h.app.close(10_000)
@@ -45,7 +45,7 @@ t.test('ending the session never delays the exit beyond TOKEN_TIMEOUT_MS, and is
 
 t.test('a grace period of 0: the session is still ended, after the drain', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   await h.app.close(0)
   t.equal(h.tokenServer.logouts.length, 1)
   t.match(h.log.records().find((r) => r.event === 'logout')!, { outcome: 'success' })
@@ -53,8 +53,8 @@ t.test('a grace period of 0: the session is still ended, after the drain', async
 
 t.test('client_credentials without a refresh token: revoked at the discovered revocation endpoint', async (t) => {
   const d = await buildWithIssuer(t, [], CLIENT_CREDENTIALS)
-  await until(() => d.app.tokens.ready())
-  const token = d.app.tokens.current()!.slice('Bearer '.length)
+  await until(() => d.app.credential.ready())
+  const token = d.app.credential.current()!.header.slice('Bearer '.length)
   await d.app.close(2_000)
   t.same(d.tokenServer.logouts.map((l) => [l.endpoint, l.form.token_type_hint, l.status]), [['revoke', 'access_token', 200]])
   t.equal(d.tokenServer.verify(`Bearer ${token}`).ok, false, 'the token no longer works')
@@ -62,7 +62,7 @@ t.test('client_credentials without a refresh token: revoked at the discovered re
 
 t.test('a public client in DPoP mode, its refresh token bound: the end-session endpoint refuses it, revocation ends the session', async (t) => {
   const h = await build(t, { AUTH_DPOP: 'true', AUTH_CLIENT_SECRET: '' }, { clients: { 'legacy-app': undefined }, dpop: { required: true } })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   await h.app.close(2_000)
   t.same(h.tokenServer.logouts.map((l) => [l.endpoint, l.status, l.form.token_type_hint]), [['logout', 400, undefined], ['revoke', 200, 'refresh_token']])
   t.equal(h.tokenServer.activeSessions(), 0, 'no session left behind')
@@ -74,7 +74,7 @@ t.test('a public client in DPoP mode, its refresh token bound: the end-session e
 
 t.test('end-session and revocation answers that echo the credentials are scrubbed from the log', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const echo = { status: 400, body: JSON.stringify({ error: 'invalid_request', error_description: `bad form client_secret=${CLIENT_SECRET}&password=${PASSWORD}` }) }
   h.tokenServer.faults.push(echo, echo)
   await h.app.close(2_000)

@@ -1,18 +1,19 @@
-import type { PostForm, TokenEndpointResponse } from '../../src/token/grant.js'
+import type { AuthAnswer, AuthHttp } from '../../src/token/http.js'
 
 export interface Call {
   url: string
   form: Record<string, string>
+  headers: Record<string, string>
   signal: AbortSignal
 }
 
 /** An answer; `hang` waits for the abort; `later` arrives when its promise resolves, abort or not. */
-type Answer = TokenEndpointResponse | Error | 'hang' | { later: Promise<TokenEndpointResponse> }
+type Answer = AuthAnswer | Error | 'hang' | { later: Promise<AuthAnswer> }
 
 let counter = 0
 
 /** A successful token answer with fresh, unique tokens. */
-export function tokenAnswer (expiresIn = 300, refreshExpiresIn: number | undefined = 1800, withRefresh = true): TokenEndpointResponse {
+export function tokenAnswer (expiresIn = 300, refreshExpiresIn: number | undefined = 1800, withRefresh = true): AuthAnswer {
   counter += 1
   const body: Record<string, unknown> = {
     access_token: `eyJhbGciOiJIUzI1NiJ9.eyJuIjo${counter}fQ.sig${counter}`,
@@ -25,11 +26,11 @@ export function tokenAnswer (expiresIn = 300, refreshExpiresIn: number | undefin
     body.refresh_token = `refresh-${counter}`
     if (refreshExpiresIn !== undefined) body.refresh_expires_in = refreshExpiresIn
   }
-  return { status: 200, body: JSON.stringify(body) }
+  return { status: 200, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }
 }
 
-export function keycloakError (status: number, error: string, description: string): TokenEndpointResponse {
-  return { status, body: JSON.stringify({ error, error_description: description }) }
+export function keycloakError (status: number, error: string, description: string): AuthAnswer {
+  return { status, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ error, error_description: description }) }
 }
 
 /**
@@ -45,9 +46,9 @@ export class ScriptedEndpoint {
   inflight = 0
   maxInflight = 0
 
-  readonly post: PostForm = (url, form, signal) => {
-    const parsed = Object.fromEntries(new URLSearchParams(form))
-    this.calls.push({ url, form: parsed, signal })
+  readonly http: AuthHttp = ({ url, body, headers, signal }) => {
+    const parsed = Object.fromEntries(new URLSearchParams(body ?? ''))
+    this.calls.push({ url, form: parsed, headers, signal })
     const answer = this.queue.length > 0 ? this.queue.shift()! : this.fallback()
     this.answers.push(answer)
     this.inflight += 1
@@ -71,7 +72,7 @@ export class ScriptedEndpoint {
   }
 
   /** The last answer's access token, as the header the sidecar would send. */
-  static header (answer: TokenEndpointResponse): string {
+  static header (answer: AuthAnswer): string {
     return `Bearer ${(JSON.parse(answer.body) as { access_token: string }).access_token}`
   }
 }

@@ -31,6 +31,7 @@ export interface Received {
  *   /_bytes/N           stream N bytes
  *   /_echo              stream the request body back
  *   /_verify            401 unless the token is valid (as a real API)
+ *   /_scope             401 with a Bearer insufficient_scope challenge
  *   /_sse/N/GAP         N server-sent events, GAP ms apart, headers at once
  * everything else answers 200 with a JSON summary.
  */
@@ -104,7 +105,10 @@ export class FakeUpstream {
           return
         }
         let m: RegExpMatchArray | null
-        if ((m = path.match(/\/_status\/(\d+)/)) !== null) {
+        if (path.includes('/_scope')) {
+          res.writeHead(401, { 'content-type': 'application/json', 'www-authenticate': 'Bearer error="insufficient_scope", scope="orders:write"' })
+          res.end('{"error":"insufficient_scope"}')
+        } else if ((m = path.match(/\/_status\/(\d+)/)) !== null) {
           res.writeHead(Number(m[1]), { 'content-type': 'text/plain', 'x-upstream': 'yes' })
           res.end(`status ${m[1]}`)
         } else if ((m = path.match(/\/_slow\/(\d+)/)) !== null) {

@@ -24,7 +24,7 @@ t.test('the compose example API: a realm token passes (through the sidecar), any
 
   const h = await build(t, { BASE_URL: apiUrl, AUTH_URL: tokens.url, AUTH_CLIENT_SECRET: '', AUTH_PASSWORD: 'pw' })
   // the harness's own token server is not used: point the sidecar at the API's realm
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const res = await send(`${h.proxyUrl}/hello`)
   t.equal(res.status, 200)
   t.match(JSON.parse(res.body), { caller: 'service-user', client: 'legacy-app', method: 'GET', path: '/hello' })

@@ -9,7 +9,7 @@ function count (raw: string[], name: string): number {
 
 t.test('exactly one Authorization header, the sidecar\'s, whatever the client sends', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const attempts: Array<Record<string, string | string[]>> = [
     {},
     { authorization: 'Bearer client-token' },
@@ -32,7 +32,7 @@ t.test('exactly one Authorization header, the sidecar\'s, whatever the client se
 
 t.test('hop-by-hop headers dropped; Host is the upstream\'s; X-Forwarded-* set; other headers kept', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   await send(`${h.proxyUrl}/h`, {
     headers: {
       host: 'app.local:8080',
@@ -61,7 +61,7 @@ t.test('hop-by-hop headers dropped; Host is the upstream\'s; X-Forwarded-* set; 
 
 t.test('X-Request-Id is kept or created, sent upstream, returned, and in the log line', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const kept = await send(`${h.proxyUrl}/r`, { headers: { 'x-request-id': 'abc-123' } })
   t.equal(kept.headers['x-request-id'], 'abc-123')
   t.equal(h.upstream.received.at(-1)!.headers['x-request-id'], 'abc-123')
@@ -81,7 +81,7 @@ t.test('X-Request-Id is kept or created, sent upstream, returned, and in the log
 
 t.test('the client never sees the token, and no log line holds a secret', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const res = await send(`${h.proxyUrl}/x`, { headers: { authorization: 'Bearer client-supplied-secret' } })
   const token = h.upstream.received.at(-1)!.headers.authorization!
   t.notMatch(JSON.stringify(res.headers) + res.body, token.slice(7))
@@ -93,7 +93,7 @@ t.test('the client never sees the token, and no log line holds a secret', async 
 
 t.test('TRACE is refused, so no upstream can echo the token back', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const res = await send(`${h.proxyUrl}/x`, { method: 'TRACE' })
   t.equal(res.status, 405)
   t.equal(h.upstream.received.length, 0)

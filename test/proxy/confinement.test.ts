@@ -36,7 +36,7 @@ t.test('isConfined refuses every escape and keeps legitimate paths', async (t) =
 
 t.test('hostile request targets get 400 and reach nothing', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   for (const target of HOSTILE) {
     const raw = await rawRequest(h.proxyPort, `GET ${target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`)
     t.equal(statusOf(raw), 400, `${target} → ${raw.split('\r\n')[0]}`)

@@ -13,12 +13,12 @@ async function dpopSidecar (t: Test, options: { nonce?: boolean, env?: Record<st
   let h: Harness | undefined
   const api = await dpopApi(t, () => h!.tokenServer, { nonce: options.nonce ?? false })
   h = await build(t, { AUTH_DPOP: 'true', BASE_URL: `${api.url}/v1`, ...options.env }, { dpop: { required: true }, ...options.tokens })
-  await until(() => h!.app.tokens.ready())
+  await until(() => h!.app.credential.ready())
   return { h, api }
 }
 
 /** The sidecar's DPoP key: its algorithm and thumbprint. */
-const keyOf = (h: Harness): { alg: string, thumbprint: string } => (h.app.tokens as TokenManager).dpopKey!
+const keyOf = (h: Harness): { alg: string, thumbprint: string } => (h.app.credential as TokenManager).dpopKey!
 
 const refused = (adminUrl: string, reason: string): Promise<number> =>
   metric(adminUrl, `auth_sidecar_dpop_proofs_refused_total{reason="${reason}"}`)
@@ -28,7 +28,7 @@ t.test('every request carries the DPoP-bound token and a fresh proof for its met
   const grant = h.tokenServer.grants[0]!
   t.equal(grant.status, 200)
   t.type(grant.jkt, 'string', 'the token request carried a valid proof')
-  t.match(h.app.tokens.current(), /^DPoP /)
+  t.match(h.app.credential.current()?.header, /^DPoP /)
 
   const answers = [
     await fetch(`${h.proxyUrl}/items?page=2&q=a%20b`),
@@ -55,7 +55,7 @@ t.test('every request carries the DPoP-bound token and a fresh proof for its met
 t.test('the key: the token\'s cnf.jkt, the proofs\' jwk and the thumbprint the sidecar reports are one; a key per start', async (t) => {
   const { h, api } = await dpopSidecar(t)
   await fetch(`${h.proxyUrl}/a`)
-  const token = h.app.tokens.current()!.slice('DPoP '.length)
+  const token = h.app.credential.current()!.header.slice('DPoP '.length)
   const cnf = (JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { cnf: { jkt: string } }).cnf
   t.equal(cnf.jkt, h.tokenServer.grants[0]!.jkt)
   t.equal(cnf.jkt, keyOf(h).thumbprint)
@@ -120,7 +120,7 @@ async function refusingUpstream (t: Test, challenge: string): Promise<{ url: str
 t.test('an upstream that asks for a new nonce every time: two requests, then the 401 goes to the client', async (t) => {
   const upstream = await refusingUpstream(t, 'DPoP algs="ES256", error="use_dpop_nonce"')
   const h = await build(t, { AUTH_DPOP: 'true', BASE_URL: upstream.url }, { dpop: { required: true } })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const answer = await fetch(`${h.proxyUrl}/x`)
   t.equal(answer.status, 401)
   t.equal(upstream.seen.length, 2, 'one replay, no loop')
@@ -133,7 +133,7 @@ t.test('an upstream that asks for a new nonce every time: two requests, then the
 t.test('an invalid_dpop_proof 401 reaches the client, is counted, and neither renews the token nor replays', async (t) => {
   const upstream = await refusingUpstream(t, 'DPoP algs="ES256", error="invalid_dpop_proof", error_description="iat too old"')
   const h = await build(t, { AUTH_DPOP: 'true', BASE_URL: upstream.url }, { dpop: { required: true } })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   t.equal((await fetch(`${h.proxyUrl}/x`)).status, 401)
   t.equal(upstream.seen.length, 1)
   t.equal(h.tokenServer.grants.length, 1)
@@ -142,7 +142,7 @@ t.test('an invalid_dpop_proof 401 reaches the client, is counted, and neither re
 
 t.test('a token the API refuses (invalid_token): renewed, and the request replayed with a proof for the new token', async (t) => {
   const { h, api } = await dpopSidecar(t)
-  h.tokenServer.revoke(h.app.tokens.current()!.slice('DPoP '.length))
+  h.tokenServer.revoke(h.app.credential.current()!.header.slice('DPoP '.length))
   t.equal((await fetch(`${h.proxyUrl}/x`)).status, 200)
   t.same(api.calls.map((c) => [c.status, c.error]), [[401, 'invalid_token'], [200, undefined]])
   t.equal(h.tokenServer.grants.length, 2, 'a new token')
@@ -186,8 +186,8 @@ t.test('a token server that keeps asking for a new nonce: one retry per attempt,
     ({ status: 400, body: '{"error":"use_dpop_nonce","error_description":"Authorization server requires nonce in DPoP proof"}', headers: { 'dpop-nonce': `n${n}` } })
   const { h } = await dpopSidecar(t, { tokens: { dpop: { required: true } } })
   h.tokenServer.faults.push(useNonce(1), useNonce(2), useNonce(3), useNonce(4))
-  h.tokenServer.revoke(h.app.tokens.current()!.slice('DPoP '.length))
-  h.app.tokens.rejected(h.app.tokens.current()!)
+  h.tokenServer.revoke(h.app.credential.current()!.header.slice('DPoP '.length))
+  h.app.credential.answered(h.app.credential.current()!, 401, undefined, undefined)
   await until(() => h.tokenServer.grants.filter((g) => g.status === 200).length === 2, 5_000)
   const renewal = h.tokenServer.grants.slice(1)
   t.same(renewal.map((g) => g.status), [400, 400, 400, 400, 200])
@@ -195,7 +195,8 @@ t.test('a token server that keeps asking for a new nonce: one retry per attempt,
 })
 
 t.test('a token_type other than DPoP: the token is not used, and readyz names the client setting', async (t) => {
-  const h = await build(t, { AUTH_DPOP: 'true' }, {}, {
+  // the next attempt only after the test: a retry would meet a server that now binds its tokens
+  const h = await build(t, { AUTH_DPOP: 'true', TOKEN_RETRY_MIN_MS: '20000', TOKEN_RETRY_MAX_MS: '20000', TOKEN_WAIT_MS: '100' }, {}, {
     faults: [{ status: 200, body: JSON.stringify({ access_token: 'a.b.c', token_type: 'Bearer', expires_in: 300 }), contentType: 'application/json' }]
   })
   await until(() => h.log.lines.some((l) => l.includes('Require DPoP bound tokens')))
@@ -217,7 +218,7 @@ t.test('a proof\'s key is public: no private part in the header the API sees', a
   await new Promise<void>((resolve) => seen.listen(0, '127.0.0.1', resolve))
   t.teardown(() => { seen.close() })
   const other = await build(t, { AUTH_DPOP: 'true', BASE_URL: `http://127.0.0.1:${(seen.address() as AddressInfo).port}` }, { dpop: { required: true } })
-  await until(() => other.app.tokens.ready())
+  await until(() => other.app.credential.ready())
   await fetch(`${other.proxyUrl}/x`)
   const header = decodeProtectedHeader(proof) as { typ: string, alg: string, jwk: JWK }
   t.same(Object.keys(header.jwk).sort(), ['crv', 'kty', 'x', 'y'])

@@ -20,9 +20,9 @@ t.test('no token to be had: 503 token_unavailable with Retry-After, nothing forw
 
 t.test('a slow auth server: requests wait for the grant in flight (bounded), then go out', async (t) => {
   const h = await build(t, { TOKEN_WAIT_MS: '3000' })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   h.tokenServer.faults.push({ delayMs: 300 })
-  h.app.tokens.rejected(h.app.tokens.current()!) // force a renewal now
+  h.app.credential.answered(h.app.credential.current()!, 401, undefined, undefined) // force a renewal now
   const replies = await Promise.all(Array.from({ length: 20 }, async () => await send(`${h.proxyUrl}/w`)))
   t.same(replies.map((r) => r.status), Array(20).fill(200))
   t.ok(h.upstream.received.every((r) => r.tokenValid))
@@ -38,7 +38,7 @@ t.test('upstream refused: 502 upstream_unreachable, no internal detail', async (
     })
   })
   const h = await build(t, { BASE_URL: `http://127.0.0.1:${port}/api` })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const res = await send(`${h.proxyUrl}/x`)
   t.equal(res.status, 502)
   t.equal(res.headers['content-type'], 'application/json; charset=utf-8')
@@ -48,7 +48,7 @@ t.test('upstream refused: 502 upstream_unreachable, no internal detail', async (
 
 t.test('upstream resets the connection: 502', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const res = await send(`${h.proxyUrl}/_reset`, { method: 'POST', body: 'x' })
   t.equal(res.status, 502)
   t.match(json(res.body), { error: 'upstream_unreachable' })
@@ -56,7 +56,7 @@ t.test('upstream resets the connection: 502', async (t) => {
 
 t.test('upstream too slow with its headers: 504 upstream_timeout after UPSTREAM_TIMEOUT_MS', async (t) => {
   const h = await build(t, { UPSTREAM_TIMEOUT_MS: '300' })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const started = Date.now()
   const res = await send(`${h.proxyUrl}/_slow/2000`)
   t.equal(res.status, 504)
@@ -68,7 +68,7 @@ t.test('upstream too slow with its headers: 504 upstream_timeout after UPSTREAM_
 
 t.test('upstream failures are logged once, as the sidecar\'s own line, without a stack trace', async (t) => {
   const h = await build(t, { BASE_URL: 'http://127.0.0.1:1/api' })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   t.equal((await send(`${h.proxyUrl}/x`)).status, 502)
   const warnings = h.log.records().filter((r) => (r.level as number) >= 40)
   t.same(warnings.map((r) => [r.msg, r.upstreamError]), [['upstream request failed', 'ECONNREFUSED']])

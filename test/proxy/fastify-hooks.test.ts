@@ -7,7 +7,7 @@ const accessLines = (h: Awaited<ReturnType<typeof build>>): Array<Record<string,
 
 t.test('a request the client abandons still gets its access-log line, as 499', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   await new Promise<void>((resolve) => {
     const req = httpRequest(`${h.proxyUrl}/_slow/2000`, { agent: false })
     req.on('error', () => resolve())
@@ -20,7 +20,7 @@ t.test('a request the client abandons still gets its access-log line, as 499', a
 
 t.test('targets Fastify\'s router cannot decode get the sidecar\'s JSON 400, not Fastify\'s', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const raw = await rawRequest(h.proxyPort, 'GET /a%zz%c0 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
   t.equal(statusOf(raw), 400)
   t.match(raw, /\{"error":"bad_request","message":"the request target is not allowed"\}/)
@@ -29,7 +29,7 @@ t.test('targets Fastify\'s router cannot decode get the sidecar\'s JSON 400, not
 
 t.test('refusals and the sidecar\'s own errors get an access-log line and a metric like any answer', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   t.equal((await send(`${h.proxyUrl}/x`, { method: 'TRACE' })).status, 405)
   const raw = await rawRequest(h.proxyPort, 'GET //evil/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
   t.equal(statusOf(raw), 400)
@@ -42,7 +42,7 @@ t.test('refusals and the sidecar\'s own errors get an access-log line and a metr
 
 t.test('a GET that carries a body: Fastify does not read it, so none is announced upstream', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const res = await send(`${h.proxyUrl}/with-body`, { method: 'GET', body: 'ignored', headers: { 'content-type': 'text/plain', 'content-length': '7' } })
   t.equal(res.status, 200)
   const got = h.upstream.received.at(-1)!
@@ -53,7 +53,7 @@ t.test('a GET that carries a body: Fastify does not read it, so none is announce
 
 t.test('HEAD is forwarded as HEAD and answered without a body', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const res = await send(`${h.proxyUrl}/_bytes/1000`, { method: 'HEAD' })
   t.equal(res.status, 200)
   t.equal(res.body, '')
@@ -62,7 +62,7 @@ t.test('HEAD is forwarded as HEAD and answered without a body', async (t) => {
 
 t.test('no line of Fastify\'s or reply-from\'s own request logging, one line of the sidecar\'s per request', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   for (let i = 0; i < 5; i++) await send(`${h.proxyUrl}/n${i}`)
   await until(() => accessLines(h).length === 5)
   const msgs = h.log.records().map((r) => r.msg)

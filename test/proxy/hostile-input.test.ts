@@ -16,7 +16,7 @@ t.test('dot segments with ;parameters, NUL, overlong UTF-8 and full-width dots a
   for (const target of READ_AS_SOMETHING_ELSE) t.equal(isConfined(target), false, target)
   for (const target of ['/items;jsessionid=1', '/a;b/c', '/caf%C3%A9', '/%E2%82%AC', '/x.y;v=1']) t.equal(isConfined(target), true, target)
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   for (const target of READ_AS_SOMETHING_ELSE) {
     const raw = await rawRequest(h.proxyPort, `GET ${target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`)
     t.equal(statusOf(raw), 400, target)
@@ -28,7 +28,7 @@ t.test('dot segments with ;parameters, NUL, overlong UTF-8 and full-width dots a
 
 t.test('two Host headers, or a Connection header naming Content-Length, Transfer-Encoding or Host: 400, nothing forwarded', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const cases = [
     'GET /a HTTP/1.1\r\nHost: x\r\nHost: y\r\nConnection: close\r\n\r\n',
     'POST /a HTTP/1.1\r\nHost: x\r\nConnection: content-length\r\nContent-Length: 5\r\n\r\nhello',
@@ -44,7 +44,7 @@ t.test('two Host headers, or a Connection header naming Content-Length, Transfer
 
 t.test('X-Original-URL and X-Rewrite-URL are dropped', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   t.equal((await send(`${h.proxyUrl}/public`, { headers: { 'x-original-url': '/admin', 'x-rewrite-url': '/admin' } })).status, 200)
   const got = h.upstream.received.at(-1)!
   t.equal(got.headers['x-original-url'], undefined)
@@ -53,7 +53,7 @@ t.test('X-Original-URL and X-Rewrite-URL are dropped', async (t) => {
 
 t.test('requests in progress beyond PROXY_MAX_REQUESTS get 503 overloaded at once; the admin port keeps answering', async (t) => {
   const h = await build(t, { PROXY_MAX_REQUESTS: '3' })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const slow = Array.from({ length: 3 }, async () => await send(`${h.proxyUrl}/_slow/600`))
   await until(() => h.upstream.received.length === 3)
   const over = await send(`${h.proxyUrl}/x`)
@@ -81,7 +81,7 @@ t.test('requests in progress beyond PROXY_MAX_REQUESTS get 503 overloaded at onc
 t.test('request headers must be complete in time: 408 and the connection closed; the admin port unaffected', async (t) => {
   // the limit is 60 s in production; 800 ms here
   const h = await build(t, {}, {}, { headersTimeoutMs: 800 })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const sockets = Array.from({ length: 5 }, () => connect(h.proxyPort, '127.0.0.1'))
   const results = sockets.map((socket) => new Promise<{ answer: string, ms: number }>((resolve) => {
     const started = Date.now()
@@ -107,7 +107,7 @@ t.test('request headers must be complete in time: 408 and the connection closed;
 
 t.test('what Node refuses before a route (a malformed request, headers too large) and CONNECT: the sidecar\'s JSON shape and an access line', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const cases: Array<[string, number, string]> = [
     ['GET /a b c\r\nHost: x\r\n\r\n', 400, 'malformed_request'],
     ['GET /x HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n', 400, 'malformed_request'],
@@ -129,7 +129,7 @@ t.test('what Node refuses before a route (a malformed request, headers too large
 
 t.test('time queued for a free upstream connection counts against UPSTREAM_TIMEOUT_MS', async (t) => {
   const h = await build(t, { UPSTREAM_TIMEOUT_MS: '500', UPSTREAM_CONNECTIONS: '2' })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const replies = await Promise.all(Array.from({ length: 8 }, async (_, i) => {
     const sent = Date.now()
     const r = await send(`${h.proxyUrl}/_slow/5000?${i}`)
@@ -150,7 +150,7 @@ t.test('time queued for a free upstream connection counts against UPSTREAM_TIMEO
 
 t.test('400 requests at once to an upstream that never answers, 128 connections: every one 504 within UPSTREAM_TIMEOUT_MS of its arrival', async (t) => {
   const h = await build(t, { UPSTREAM_TIMEOUT_MS: '1000' })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const replies = await Promise.all(Array.from({ length: 400 }, async (_, i) => {
     const sent = Date.now()
     const r = await send(`${h.proxyUrl}/_slow/5000?${i}`)
@@ -192,7 +192,7 @@ async function pipelined (port: number, requests: string[], batch = requests.len
 
 t.test('a connection that pipelines past PIPELINE_DEPTH: the earlier requests answered in order, the next one 503 and the connection closed, nothing past the depth forwarded', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const count = 60
   const requests = Array.from({ length: count }, (_, i) =>
     `GET /_slow/${i % 3 === 0 ? 30 : 5}?n=${i} HTTP/1.1\r\nHost: x\r\nX-Request-Id: pipelined-${i}\r\n\r\n`)
@@ -212,7 +212,7 @@ t.test('a connection that pipelines past PIPELINE_DEPTH: the earlier requests an
 
 t.test('pipelined requests the sidecar refuses itself count as answered: the connection goes on', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const kinds = [
     (i: number) => `GET /_slow/5?n=${i} HTTP/1.1\r\nHost: x\r\n`,
     () => 'GET /a/../../b HTTP/1.1\r\nHost: x\r\n',
@@ -236,7 +236,7 @@ t.test('pipelined requests the sidecar refuses itself count as answered: the con
 
 t.test('pipelined requests with bodies keep their bodies, in order', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const count = PIPELINE_DEPTH
   const requests = Array.from({ length: count }, (_, i) => {
     const body = `body-${i}-${'x'.repeat(i * 100)}`

@@ -13,7 +13,7 @@ import { build, send, until } from '../helpers/build.js'
  */
 async function connectionsForTwoRequests (t: Test, sidecarMs: number, upstreamMs: number, apartMs: number): Promise<number> {
   const h = await build(t, { UPSTREAM_KEEPALIVE_MS: String(sidecarMs) })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   h.upstream.server.keepAliveTimeout = upstreamMs
   let connections = 0
   h.upstream.server.on('connection', () => { connections++ })

@@ -41,7 +41,7 @@ t.test('a stale pooled socket is retried once for idempotent requests, never for
     else socket.destroy()
   })
   const h = await build(t, { BASE_URL: up.url, UPSTREAM_CONNECTIONS: '1' })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   t.equal((await send(`${h.proxyUrl}/a`)).status, 200)
   const get = await send(`${h.proxyUrl}/b`)
   t.equal(get.status, 200, 'GET retried on a fresh connection')
@@ -57,7 +57,7 @@ t.test('a GET answered 503 is relayed, not silently retried', async (t) => {
     socket.write('HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\nretry-after: 0\r\n\r\nbusy')
   })
   const h = await build(t, { BASE_URL: up.url })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const res = await send(`${h.proxyUrl}/x`)
   t.equal(res.status, 503)
   t.equal(res.body, 'busy')
@@ -71,7 +71,7 @@ t.test('an invalid upstream status code gives 502, and the process keeps serving
     else socket.write(OK)
   })
   const h = await build(t, { BASE_URL: up.url })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   t.equal((await send(`${h.proxyUrl}/weird`)).status, 502)
   t.equal((await send(`${h.proxyUrl}/zero`)).status, 502)
   t.equal((await send(`${h.proxyUrl}/fine`)).status, 200)
@@ -85,7 +85,7 @@ t.test('an upstream that resets mid-response: the client connection is cut, the 
     } else socket.write(OK)
   })
   const h = await build(t, { BASE_URL: up.url })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const cut = await send(`${h.proxyUrl}/half`).then((r) => r.body.length, (e: Error) => e.message)
   t.not(cut, 1000, 'the client does not get a complete-looking body')
   t.equal((await send(`${h.proxyUrl}/fine`)).status, 200)
@@ -93,7 +93,7 @@ t.test('an upstream that resets mid-response: the client connection is cut, the 
 
 t.test('malformed client input: a 4xx or a closed connection, and the next request is served', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const cases: Array<[string, string]> = [
     ['oversized headers', `GET /a HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`],
     ['Content-Length and Transfer-Encoding', 'POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n'],
@@ -114,7 +114,7 @@ t.test('malformed client input: a 4xx or a closed connection, and the next reque
 
 t.test('clients that leave: their queued requests never reach the upstream, those in flight are aborted and not sent again', async (t) => {
   const h = await build(t, { UPSTREAM_CONNECTIONS: '4', UPSTREAM_TIMEOUT_MS: '30000' })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const clients = Array.from({ length: 100 }, (_, i) => {
     const req = httpRequest(`${h.proxyUrl}/_slow/60000?${i}`, { agent: false })
     req.on('error', () => {})
@@ -143,7 +143,7 @@ t.test('an upstream that closes in the middle of a body: logged and counted as t
     setTimeout(() => socket.destroy(), 50)
   })
   const h = await build(t, { BASE_URL: up.url })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   await send(`${h.proxyUrl}/half`).catch(() => {})
   await until(() => h.log.records().some((r) => r.msg === 'request'))
   const line = h.log.records().find((r) => r.msg === 'request')!
@@ -155,7 +155,7 @@ t.test('an upstream that closes in the middle of a body: logged and counted as t
 
 t.test('a client that stops in the middle of an upload: its own 499, not counted or logged as an upstream failure', async (t) => {
   const h = await build(t)
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const req = httpRequest(`${h.proxyUrl}/_echo`, { method: 'POST', agent: false, headers: { 'content-length': String(1_000_000) } })
   req.on('error', () => {})
   req.write(Buffer.alloc(100_000, 1))

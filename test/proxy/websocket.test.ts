@@ -54,14 +54,14 @@ const closed = (ws: WebSocket): Promise<number> => new Promise((resolve) => ws.o
 t.test('the upgrade carries the sidecar\'s Authorization; subprotocols and messages pass', async (t) => {
   const up = await wsUpstream(t)
   const h = await build(t, { BASE_URL: `${up.url}/api` })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const ws = await open(`${h.proxyUrl.replace('http', 'ws')}/stream?x=1`, ['chat.v1'], { authorization: 'Bearer client-token', 'x-app': 'legacy' })
   t.equal(ws.protocol, 'chat.v1')
   ws.send('hello')
   t.equal(await next(ws), 'echo:hello')
   const hs = up.handshakes[0]!
   t.equal(hs.url, '/api/stream?x=1', 'path joined under the prefix, query kept')
-  t.equal(hs.headers.authorization, h.app.tokens.current(), 'the sidecar\'s token, not the client\'s')
+  t.equal(hs.headers.authorization, h.app.credential.current()?.header, 'the sidecar\'s token, not the client\'s')
   t.ok(h.tokenServer.verify(hs.headers.authorization).ok)
   t.equal(hs.protocol, 'chat.v1', 'subprotocol forwarded')
   t.equal(hs.headers['x-app'], 'legacy')
@@ -74,7 +74,7 @@ t.test('the upgrade carries the sidecar\'s Authorization; subprotocols and messa
 t.test('an abnormal upstream close reaches the client as a valid close frame', async (t) => {
   const up = await wsUpstream(t)
   const h = await build(t, { BASE_URL: up.url })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const ws = await open(`${h.proxyUrl.replace('http', 'ws')}/die`)
   const done = closed(ws)
   t.equal(await next(ws), 'about to die')
@@ -86,7 +86,7 @@ t.test('an abnormal upstream close reaches the client as a valid close frame', a
 t.test('hostile upgrade targets are refused like any other request', async (t) => {
   const up = await wsUpstream(t)
   const h = await build(t, { BASE_URL: `${up.url}/api` })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   // raw bytes: a WebSocket client would normalise the dot segments away
   for (const target of ['/a/%2e%2e/%2e%2e/x', '//127.0.0.2:1/x', 'ws://127.0.0.2:1/x']) {
     const raw = await rawRequest(h.proxyPort, `GET ${target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n`)
@@ -106,7 +106,7 @@ t.test('no token: the upgrade gets 503', async (t) => {
 t.test('open sockets are closed on shutdown', async (t) => {
   const up = await wsUpstream(t)
   const h = await build(t, { BASE_URL: up.url })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const ws = await open(`${h.proxyUrl.replace('http', 'ws')}/x`)
   const done = closed(ws)
   const started = Date.now()
@@ -121,7 +121,7 @@ const HANDSHAKE = 'Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Ve
 t.test('handshakes that cannot be forwarded faithfully get 400 before anything reaches the upstream; the process and its fds hold', async (t) => {
   const up = await wsUpstream(t)
   const h = await build(t, { BASE_URL: `${up.url}/api` })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const { readdirSync } = await import('node:fs')
   const fds = (): number => readdirSync('/proc/self/fd').length
   const before = fds()
@@ -152,21 +152,21 @@ t.test('an unreachable upstream gives 502, one that never answers the handshake 
     const s = createNetServer().listen(0, '127.0.0.1', () => { const p = (s.address() as AddressInfo).port; s.close(() => resolve(p)) })
   })
   const down = await build(t, { BASE_URL: `http://127.0.0.1:${closedPort}` })
-  await until(() => down.app.tokens.ready())
+  await until(() => down.app.credential.ready())
   t.equal(statusOf(await rawRequest(down.proxyPort, `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}\r\n`)), 502)
 
   const silent = createNetServer((socket) => { socket.on('error', () => {}); socket.resume() }) // reads, never answers
   await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
   t.teardown(() => new Promise<void>((resolve) => { silent.close(() => resolve()) }))
   const mute = await build(t, { BASE_URL: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, UPSTREAM_TIMEOUT_MS: '400' })
-  await until(() => mute.app.tokens.ready())
+  await until(() => mute.app.credential.ready())
   const started = Date.now()
   t.equal(statusOf(await rawRequest(mute.proxyPort, `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}\r\n`)), 504)
   t.ok(Date.now() - started < 2_000, `answered after ${Date.now() - started} ms`)
 
   const up = await wsUpstream(t)
   const h = await build(t, { BASE_URL: up.url })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const ws = await open(`${h.proxyUrl.replace('http', 'ws')}/session?q=1`)
   const done = closed(ws)
   ws.close(1000)
@@ -182,7 +182,7 @@ t.test('a handshake still waiting for the upstream does not hold up shutdown', a
   await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
   t.teardown(() => new Promise<void>((resolve) => { silent.close(() => resolve()) }))
   const h = await build(t, { BASE_URL: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, UPSTREAM_TIMEOUT_MS: '30000' })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const pending = rawRequest(h.proxyPort, `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}\r\n`, 10_000)
   await new Promise((resolve) => setTimeout(resolve, 200))
   const started = Date.now()
@@ -196,17 +196,17 @@ t.test('WebSockets go through HTTP_PROXY like everything else; NO_PROXY bypasses
   const up = await wsUpstream(t)
   const upstreamAuthority = new URL(up.url).host
   const h = await build(t, { BASE_URL: up.url, HTTP_PROXY: proxy.url })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const ws = await open(`${h.proxyUrl.replace('http', 'ws')}/through`)
   ws.send('hi')
   t.equal(await next(ws), 'echo:hi')
   t.ok(proxy.tunnels.includes(upstreamAuthority), `tunnelled to ${upstreamAuthority}: ${proxy.tunnels.join(' ')}`)
-  t.equal(up.handshakes.at(-1)!.headers.authorization, h.app.tokens.current())
+  t.equal(up.handshakes.at(-1)!.headers.authorization, h.app.credential.current()?.header)
   ws.close()
 
   const before = proxy.tunnels.filter((x) => x === upstreamAuthority).length
   const direct = await build(t, { BASE_URL: up.url, HTTP_PROXY: proxy.url, NO_PROXY: '127.0.0.1' })
-  await until(() => direct.app.tokens.ready())
+  await until(() => direct.app.credential.ready())
   const ws2 = await open(`${direct.proxyUrl.replace('http', 'ws')}/direct`)
   ws2.close()
   t.equal(proxy.tunnels.filter((x) => x === upstreamAuthority).length, before, 'NO_PROXY: not tunnelled')
@@ -218,7 +218,7 @@ t.test('an egress proxy that refuses the tunnel: the handshake gets 502', async 
   // tunnels to the token server, refuses the upstream
   const proxy = await connectProxy(t, (authority) => authority === refused)
   const h = await build(t, { BASE_URL: up.url, HTTP_PROXY: proxy.url })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   t.equal(statusOf(await rawRequest(h.proxyPort, `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}\r\n`)), 502)
   t.equal(up.handshakes.length, 0)
 })
@@ -226,7 +226,7 @@ t.test('an egress proxy that refuses the tunnel: the handshake gets 502', async 
 t.test('a message larger than WEBSOCKET_MAX_MESSAGE_BYTES closes the session with 1009, either way; smaller ones pass', async (t) => {
   const up = await wsUpstream(t)
   const h = await build(t, { BASE_URL: up.url, WEBSOCKET_MAX_MESSAGE_BYTES: '65536' })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const ws = await open(`${h.proxyUrl.replace('http', 'ws')}/big`)
   ws.send(Buffer.alloc(60_000, 1), { binary: true })
   t.equal(Buffer.byteLength(await next(ws)), 60_000, 'under the bound: relayed')
@@ -241,7 +241,7 @@ t.test('a message larger than WEBSOCKET_MAX_MESSAGE_BYTES closes the session wit
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   t.teardown(() => { for (const c of wss.clients) c.terminate(); server.close() })
   const h2 = await build(t, { BASE_URL: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, WEBSOCKET_MAX_MESSAGE_BYTES: '65536' })
-  await until(() => h2.app.tokens.ready())
+  await until(() => h2.app.credential.ready())
   const ws2 = new WebSocket(`${h2.proxyUrl.replace('http', 'ws')}/x`)
   t.equal(await closed(ws2), 1009)
 })
@@ -262,7 +262,7 @@ t.test('a client that reads nothing: the upstream is no longer read once a megab
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   t.teardown(() => { for (const c of wss.clients) c.terminate(); server.closeAllConnections(); server.close() })
   const h = await build(t, { BASE_URL: `http://127.0.0.1:${(server.address() as AddressInfo).port}` })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const ws = await open(`${h.proxyUrl.replace('http', 'ws')}/flood`)
   ;(ws as unknown as { _socket: { pause(): void } })._socket.pause() // this test's client stops reading
   await new Promise((resolve) => setTimeout(resolve, 1_500))
@@ -282,7 +282,7 @@ t.test('a client that leaves during the handshake takes the upstream connection 
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   t.teardown(() => { for (const s of held) s.destroy(); server.close() })
   const h = await build(t, { BASE_URL: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, UPSTREAM_TIMEOUT_MS: '30000' })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const client = (await import('node:net')).connect(h.proxyPort, '127.0.0.1')
   client.write('GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n')
   await until(() => held.length === 1)
@@ -300,7 +300,7 @@ t.test('a client that leaves during the handshake takes the upstream connection 
 t.test('when the client side of a handshake fails after the upstream\'s succeeded, the upstream connection is closed', async (t) => {
   const up = await wsUpstream(t)
   const h = await build(t, { BASE_URL: up.url })
-  await until(() => h.app.tokens.ready())
+  await until(() => h.app.credential.ready())
   const client = (await import('node:net')).connect(h.proxyPort, '127.0.0.1')
   client.write('GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n')
   // the client gives up the moment the upstream has accepted the upgrade

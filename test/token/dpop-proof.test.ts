@@ -3,7 +3,7 @@ import { calculateJwkThumbprint, decodeProtectedHeader, EmbeddedJWK, jwtVerify, 
 import t from 'tap'
 import { DpopVerifier } from '../../dev/dpop-proof.js'
 import { DPOP_ALGORITHMS } from '../../src/config/schema.js'
-import { dpopRefusalOf, hasDpopChallenge } from '../../src/proxy/dpop-challenge.js'
+import { dpopRefusalOf, hasDpopChallenge } from '../../src/token/challenge.js'
 import { DpopKey, dpopNonceOf, htuOf } from '../../src/token/dpop.js'
 
 const HTU = 'https://api.example.com/v1/items'

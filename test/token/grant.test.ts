@@ -1,40 +1,78 @@
 import t from 'tap'
-import { checkDiscovery } from '../../src/token/discovery.js'
+import { SecretScrubber } from '../../src/secrets.js'
 import { ClientAuthenticator } from '../../src/token/client-auth.js'
-import { buildRequest, clientCredentialsGrant, endSessionFields, GrantError, passwordGrant, refreshGrant, revocationFields } from '../../src/token/grant.js'
+import { systemClock } from '../../src/token/clock.js'
+import { checkDiscovery } from '../../src/token/discovery.js'
+import { answerOf, GrantError, type GrantExtras } from '../../src/token/grant.js'
+import { OAuthClient } from '../../src/token/oauth-client.js'
 import { keycloakEndpointUrl } from '../../src/token/session.js'
+import { captureLogger } from '../helpers/log.js'
+import { ScriptedEndpoint, tokenAnswer } from '../helpers/scripted-endpoint.js'
 
-const post = new ClientAuthenticator({ clientId: 'legacy-app', clientAuth: 'client_secret_post' })
-const creds = { clientSecret: 's3cret' }
-const extras = { scope: 'openid', params: [['audience', 'api'], ['resource', 'https://a']] as Array<[string, string]> }
+const TOKEN_URL = 'https://kc/realms/r/protocol/openid-connect/token'
+const extras: GrantExtras = { scope: 'openid', params: [['audience', 'api'], ['resource', 'https://a']] }
 
-const fields = (form: string): Array<[string, string]> => [...new URLSearchParams(form)]
+/** An OAuth client against a scripted token endpoint, and the forms it sent in order. */
+function client (options: { clientAuth?: 'client_secret_post' | 'client_secret_basic', clientId?: string, secret?: string, grantType?: 'password' | 'client_credentials' } = {}) {
+  const endpoint = new ScriptedEndpoint()
+  const clientId = options.clientId ?? 'legacy-app'
+  const server = new OAuthClient({
+    tokenUrl: TOKEN_URL,
+    grantType: options.grantType ?? 'password',
+    clientId,
+    client: new ClientAuthenticator({ clientId, clientAuth: options.clientAuth ?? 'client_secret_post', onSecret: () => {} }),
+    extras,
+    credentials: { read: () => ({ username: 'svc', password: 'pw', clientSecret: options.secret ?? 's3cret' }) },
+    http: endpoint.http,
+    timeoutMs: 1_000,
+    clock: systemClock,
+    log: captureLogger().logger,
+    secrets: new SecretScrubber()
+  })
+  const fields = (n: number): Array<[string, string]> => [...new URLSearchParams(new URLSearchParams(endpoint.calls[n]!.form))]
+  return { endpoint, server, fields }
+}
 
-t.test('grant forms: the sidecar\'s fields, then AUTH_TOKEN_PARAMS; client_secret_post puts the client in the form', async (t) => {
-  const client = await post.prove(creds, 'https://kc/token')
-  t.same(fields(buildRequest(client, passwordGrant('svc', 'pw'), extras).form), [
-    ['grant_type', 'password'], ['username', 'svc'], ['password', 'pw'], ['client_id', 'legacy-app'], ['client_secret', 's3cret'],
-    ['scope', 'openid'], ['audience', 'api'], ['resource', 'https://a']
+t.test('grant forms: the grant type, its fields, then the scope and AUTH_TOKEN_PARAMS; client_secret_post puts the client in the form', async (t) => {
+  const { server, fields, endpoint } = client()
+  await server.primaryGrant()
+  t.same(fields(0), [
+    ['grant_type', 'password'], ['username', 'svc'], ['password', 'pw'], ['scope', 'openid'], ['audience', 'api'], ['resource', 'https://a'],
+    ['client_id', 'legacy-app'], ['client_secret', 's3cret']
   ])
-  t.same(fields(buildRequest(client, clientCredentialsGrant(), extras).form), [
-    ['grant_type', 'client_credentials'], ['client_id', 'legacy-app'], ['client_secret', 's3cret'], ['scope', 'openid'], ['audience', 'api'], ['resource', 'https://a']
-  ])
-  t.same(fields(buildRequest(client, refreshGrant('r1'), extras).form).slice(0, 2), [['grant_type', 'refresh_token'], ['refresh_token', 'r1']])
-  t.equal(buildRequest(client, passwordGrant('svc', 'pw'), extras).authorization, undefined)
+  await server.refreshGrant('r1')
+  t.same(fields(1).slice(0, 2), [['grant_type', 'refresh_token'], ['refresh_token', 'r1']])
+  t.equal(endpoint.calls[0]!.headers.authorization, undefined)
+  const cc = client({ grantType: 'client_credentials' })
+  await cc.server.primaryGrant()
+  t.same(cc.fields(0), [['grant_type', 'client_credentials'], ['scope', 'openid'], ['audience', 'api'], ['resource', 'https://a'], ['client_id', 'legacy-app'], ['client_secret', 's3cret']])
 })
 
 t.test('client_secret_basic: RFC 6749 2.3.1, each part form-urlencoded before Base64, nothing of the client in the form', async (t) => {
-  const basic = new ClientAuthenticator({ clientId: 'my app:1', clientAuth: 'client_secret_basic' })
-  const req = buildRequest(await basic.prove({ clientSecret: 'a:b+c%/ é' }, 'https://kc/token'), clientCredentialsGrant())
-  t.same(fields(req.form), [['grant_type', 'client_credentials']])
-  const decoded = Buffer.from(req.authorization!.slice('Basic '.length), 'base64').toString('utf8')
+  const { server, fields, endpoint } = client({ clientAuth: 'client_secret_basic', clientId: 'my app:1', secret: 'a:b+c%/ é', grantType: 'client_credentials' })
+  await server.primaryGrant()
+  t.notOk(fields(0).some(([n]) => n === 'client_id' || n === 'client_secret'))
+  const decoded = Buffer.from(endpoint.calls[0]!.headers.authorization!.slice('Basic '.length), 'base64').toString('utf8')
   t.equal(decoded, 'my+app%3A1:a%3Ab%2Bc%25%2F+%C3%A9', 'the colon separating them is the only raw one')
 })
 
 t.test('end-session and revocation requests carry the client and the token, not the grant extras', async (t) => {
-  const client = await post.prove(creds, 'https://kc/token')
-  t.same(fields(buildRequest(client, endSessionFields('r1')).form), [['refresh_token', 'r1'], ['client_id', 'legacy-app'], ['client_secret', 's3cret']])
-  t.same(fields(buildRequest(client, revocationFields('a1', 'access_token')).form), [['token', 'a1'], ['token_type_hint', 'access_token'], ['client_id', 'legacy-app'], ['client_secret', 's3cret']])
+  const { server, endpoint } = client()
+  endpoint.queue.push({ status: 204, body: '' }, { status: 200, body: '' })
+  await server.endSession('https://kc/realms/r/protocol/openid-connect/logout', 'r1', 1_000)
+  await server.revoke('https://kc/realms/r/protocol/openid-connect/revoke', 'a1', 'access_token', 1_000)
+  t.same(endpoint.calls[0]!.form, { refresh_token: 'r1', client_id: 'legacy-app', client_secret: 's3cret' })
+  t.same(endpoint.calls[1]!.form, { token: 'a1', token_type_hint: 'access_token', client_id: 'legacy-app', client_secret: 's3cret' })
+})
+
+t.test('a token answer is checked field by field; a token_type of DPoP is not used as a bearer token', async (t) => {
+  const { server, endpoint } = client()
+  endpoint.queue.push(tokenAnswer())
+  t.equal((await server.primaryGrant()).tokenType, 'Bearer')
+  endpoint.queue.push({ status: 200, body: JSON.stringify({ access_token: 'abc', token_type: 'DPoP', expires_in: 300 }) })
+  const err = await server.primaryGrant().catch((e: unknown) => e) as GrantError
+  t.equal(err.kind, 'unusable')
+  t.match(err.message, /a DPoP-bound token, which only works with its proof: set AUTH_DPOP=true/)
 })
 
 t.test('Keycloak\'s end-session and revocation endpoints are the token URL with token replaced by logout or revoke', async (t) => {
@@ -44,14 +82,20 @@ t.test('Keycloak\'s end-session and revocation endpoints are the token URL with 
   t.equal(keycloakEndpointUrl(undefined, 'logout'), undefined)
 })
 
-t.test('discovery: the issuer must match; an https issuer\'s endpoints must be https', async (t) => {
+/** Discovery's check of one answer. */
+async function discovered (issuer: string, answer: { status: number, body: string }, configuredTokenUrl?: string): Promise<Awaited<ReturnType<typeof checkDiscovery>>> {
+  const res = new Response(answer.status === 204 ? null : answer.body, { status: answer.status, headers: { 'content-type': 'application/json' } })
+  return await checkDiscovery(issuer, await answerOf(res), res, configuredTokenUrl, (text, max) => text.slice(0, max))
+}
+
+t.test('discovery: the issuer must match; an https issuer\'s endpoints must be https; the session\'s end stays on its origins', async (t) => {
   const issuer = 'https://kc.example/realms/r'
   const doc = (extra: object) => ({ status: 200, body: JSON.stringify({ issuer, token_endpoint: `${issuer}/protocol/openid-connect/token`, ...extra }) })
-  t.same(checkDiscovery(issuer, doc({ end_session_endpoint: `${issuer}/logout` }), true), { tokenUrl: `${issuer}/protocol/openid-connect/token`, endSessionUrl: `${issuer}/logout` })
-  t.same(checkDiscovery(`${issuer}/`, doc({}), true).tokenUrl, `${issuer}/protocol/openid-connect/token`, 'a trailing slash in AUTH_ISSUER_URL is allowed')
-  const fails = (res: { status: number, body: string }, kind: string, message: RegExp, required = true): void => {
+  t.match(await discovered(issuer, doc({ end_session_endpoint: `${issuer}/logout` })), { tokenUrl: `${issuer}/protocol/openid-connect/token`, endSessionUrl: `${issuer}/logout`, ignored: [] })
+  t.same((await discovered(`${issuer}/`, doc({}))).tokenUrl, `${issuer}/protocol/openid-connect/token`, 'a trailing slash in AUTH_ISSUER_URL is allowed')
+  const fails = async (res: { status: number, body: string }, kind: string, message: RegExp, configuredTokenUrl?: string): Promise<void> => {
     try {
-      checkDiscovery(issuer, res, required)
+      await discovered(issuer, res, configuredTokenUrl)
       t.fail('accepted')
     } catch (err) {
       t.ok(err instanceof GrantError)
@@ -59,12 +103,19 @@ t.test('discovery: the issuer must match; an https issuer\'s endpoints must be h
       t.match((err as Error).message, message)
     }
   }
-  fails(doc({ issuer: 'https://kc.example/realms/other' }), 'wrong_url', /names the issuer "https:\/\/kc\.example\/realms\/other", not https:\/\/kc\.example\/realms\/r/)
-  fails(doc({ token_endpoint: 'http://kc.example/token' }), 'wrong_url', /token_endpoint .* is not an https URL/)
-  fails(doc({ end_session_endpoint: 'javascript:alert(1)' }), 'wrong_url', /end_session_endpoint .* is not an https URL/)
-  fails(doc({ token_endpoint: undefined }), 'wrong_url', /names no token_endpoint/)
-  t.same(checkDiscovery(issuer, doc({ token_endpoint: undefined }), false), {}, 'with AUTH_TOKEN_URL the token endpoint may be absent')
-  fails({ status: 503, body: '' }, 'transient', /answered 503/)
-  fails({ status: 404, body: '' }, 'wrong_url', /not an OpenID Connect issuer/)
-  fails({ status: 200, body: '<html>' }, 'wrong_url', /not JSON/)
+  await fails(doc({ issuer: 'https://kc.example/realms/other' }), 'wrong_url', /names the issuer "https:\/\/kc\.example\/realms\/other", not https:\/\/kc\.example\/realms\/r/)
+  await fails(doc({ token_endpoint: 'http://kc.example/token' }), 'wrong_url', /token_endpoint .* is not an https URL/)
+  await fails(doc({ end_session_endpoint: 'javascript:alert(1)' }), 'wrong_url', /end_session_endpoint .* is not an https URL/)
+  await fails(doc({ token_endpoint: undefined }), 'wrong_url', /names no token_endpoint/)
+  t.match(await discovered(issuer, doc({ token_endpoint: undefined }), `${issuer}/token`), { issuer }, 'with AUTH_TOKEN_URL the token endpoint may be absent')
+  await fails({ status: 503, body: '' }, 'transient', /answered 503/)
+  await fails({ status: 404, body: '' }, 'wrong_url', /not an OpenID Connect issuer/)
+  await fails({ status: 200, body: '<html>' }, 'wrong_url', /not JSON/)
+
+  const elsewhere = await discovered(issuer, doc({ end_session_endpoint: 'https://collector.example/logout', revocation_endpoint: 'https://collector.example/revoke' }))
+  t.equal(elsewhere.endSessionUrl, undefined, 'an end-session endpoint on another origin is not used')
+  t.equal(elsewhere.revocationUrl, undefined, 'nor a revocation endpoint')
+  t.match(elsewhere.ignored, [/end_session_endpoint https:\/\/collector\.example\/logout is on another origin/, /revocation_endpoint https:\/\/collector\.example\/revoke is on another origin/])
+  const tokenOrigin = await discovered(issuer, doc({ token_endpoint: 'https://tokens.example/token', revocation_endpoint: 'https://tokens.example/revoke' }))
+  t.equal(tokenOrigin.revocationUrl, 'https://tokens.example/revoke', 'the token endpoint\'s origin is trusted too')
 })

@@ -2,13 +2,13 @@ import t, { type Test } from 'tap'
 import { TokenUnavailableError } from '../../src/errors.js'
 import { MAX_TIMER_MS, systemClock } from '../../src/token/clock.js'
 import { SecretScrubber } from '../../src/secrets.js'
-import { AuthServer } from '../../src/token/auth-server.js'
 import { ClientAuthenticator } from '../../src/token/client-auth.js'
 import { TokenManager } from '../../src/token/manager.js'
+import { OAuthClient } from '../../src/token/oauth-client.js'
 import { until } from '../helpers/build.js'
 import { FakeClock, settle } from '../helpers/fake-clock.js'
 import { captureLogger } from '../helpers/log.js'
-import type { TokenEndpointResponse } from '../../src/token/grant.js'
+import type { AuthAnswer } from '../../src/token/http.js'
 import { keycloakError, ScriptedEndpoint, tokenAnswer } from '../helpers/scripted-endpoint.js'
 
 const PASSWORD = 's3cret-Passw0rd'
@@ -24,13 +24,14 @@ function setup (t: Test, random = 0.5) {
   let creds = { username: 'svc', password: PASSWORD, clientSecret: CLIENT_SECRET }
   let changed: (() => void) | undefined
   const credentials = { read: () => creds, onChange: (l: () => void) => { changed = l } }
-  const server = new AuthServer({
+  const server = new OAuthClient({
     tokenUrl: 'http://auth.invalid/token',
     grantType: 'password',
-    client: new ClientAuthenticator({ clientId: 'legacy-app', clientAuth: 'client_secret_post' }),
+    clientId: 'legacy-app',
+    client: new ClientAuthenticator({ clientId: 'legacy-app', clientAuth: 'client_secret_post', onSecret: (v) => secrets.addToken(v) }),
     extras: { scope: 'openid' },
     credentials,
-    post: endpoint.post,
+    http: endpoint.http,
     timeoutMs: 10_000,
     clock,
     log: log.logger,
@@ -70,7 +71,7 @@ t.test('password grant at start; not ready until it succeeds', async (t) => {
   t.equal(manager.ready(), false, 'not ready while the grant is in flight')
   await clock.advance(0)
   t.equal(manager.ready(), true)
-  t.equal(manager.current(), ScriptedEndpoint.header(first))
+  t.equal(manager.current()?.header, ScriptedEndpoint.header(first))
   t.same(endpoint.calls[0]!.form, {
     grant_type: 'password', client_id: 'legacy-app', username: 'svc', password: PASSWORD, client_secret: CLIENT_SECRET, scope: 'openid'
   })
@@ -137,7 +138,7 @@ t.test('refresh answered invalid_grant: falls back to the password grant at once
     await clock.advance(0)
     await clock.advance(75_000)
     t.same(endpoint.grants(), ['password', 'refresh_token', 'password'], description)
-    t.equal(manager.current(), ScriptedEndpoint.header(next))
+    t.equal(manager.current()?.header, ScriptedEndpoint.header(next))
   }
 })
 
@@ -150,7 +151,7 @@ t.test('a refresh answered 200 without a usable token (Keycloak at the end of an
   await clock.advance(0)
   await clock.advance(75_000)
   t.same(endpoint.grants(), ['password', 'refresh_token', 'password'])
-  t.equal(manager.current(), ScriptedEndpoint.header(next), 'not the slow pace of an unusable password grant')
+  t.equal(manager.current()?.header, ScriptedEndpoint.header(next), 'not the slow pace of an unusable password grant')
 })
 
 t.test('a refresh token that lapses before the renewal is not used', async (t) => {
@@ -188,15 +189,15 @@ t.test('auth-server outage: the current token stays in use while valid, with bac
   await clock.advance(0)
   endpoint.fallback = () => new Error('connect ECONNREFUSED 127.0.0.1:8443')
   await clock.advance(50_000) // renewal fails
-  t.equal(manager.current(), ScriptedEndpoint.header(first), 'still the old token')
+  t.equal(manager.current()?.header, ScriptedEndpoint.header(first), 'still the old token')
   await clock.advance(30_000)
-  t.equal(manager.current(), ScriptedEndpoint.header(first), 'still valid at 80%')
+  t.equal(manager.current()?.header, ScriptedEndpoint.header(first), 'still valid at 80%')
   const attempts = endpoint.calls.length
   t.ok(attempts >= 4 && attempts <= 7, `retried with backoff, not in a loop (${attempts} calls)`)
   await clock.advance(15_000)
-  t.equal(manager.current(), undefined, 'not handed out in the last 5% of its life')
+  t.equal(manager.current()?.header, undefined, 'not handed out in the last 5% of its life')
   t.equal(manager.ready(), false)
-  const waiting = manager.authorization().catch((e: unknown) => e)
+  const waiting = manager.authorize().catch((e: unknown) => e)
   await clock.advance(5_000)
   t.type(await waiting, TokenUnavailableError, 'a request gets 503 within TOKEN_WAIT_MS')
 })
@@ -244,21 +245,21 @@ t.test('100 concurrent callers cause one grant', async (t) => {
   const { clock, endpoint, manager } = setup(t)
   const answer = tokenAnswer()
   endpoint.queue.push(answer)
-  const waiting = Array.from({ length: 100 }, () => manager.authorization())
+  const waiting = Array.from({ length: 100 }, () => manager.authorize())
   manager.start()
-  for (let i = 0; i < 100; i++) waiting.push(manager.authorization())
+  for (let i = 0; i < 100; i++) waiting.push(manager.authorize())
   await clock.advance(0)
   const headers = await Promise.all(waiting)
   t.equal(endpoint.calls.length, 1)
   t.equal(endpoint.maxInflight, 1)
-  t.same(new Set(headers), new Set([ScriptedEndpoint.header(answer)]))
+  t.same(new Set(headers.map((a) => a.header)), new Set([ScriptedEndpoint.header(answer)]))
 })
 
 t.test('waiting is bounded: a hanging grant gives 503 after TOKEN_WAIT_MS, and is cut at TOKEN_TIMEOUT_MS', async (t) => {
   const { clock, endpoint, manager, log } = setup(t)
   endpoint.queue.push('hang')
   manager.start()
-  const waiting = manager.authorization()
+  const waiting = manager.authorize()
   let outcome: unknown
   waiting.then((v) => { outcome = v }, (e: unknown) => { outcome = e })
   await clock.advance(4_999)
@@ -279,15 +280,14 @@ t.test('requests arriving during a backoff longer than the wait bound get 503 at
   endpoint.fallback = () => keycloakError(401, 'invalid_grant', 'Invalid user credentials')
   manager.start()
   await clock.advance(0)
-  const err = await manager.authorization().catch((e: unknown) => e)
+  const err = await manager.authorize().catch((e: unknown) => e)
   t.type(err, TokenUnavailableError)
   t.ok((err as TokenUnavailableError).retryAfterSeconds > 50)
   t.equal(endpoint.calls.length, 1, 'no extra grant caused by the request')
 })
 
-t.test('a 200 without a usable token is an error, retried at the slow pace (each may have opened a session), never a crash', async (t) => {
+t.test('a 200 without a usable token is an error, retried first within seconds (a glitch passes), never a crash', async (t) => {
   const cases: Array<[string, string]> = [
-    ['<html>ok</html>', 'HTML page'],
     ['{"a":', 'not JSON'],
     ['[]', 'not an object'],
     ['{"expires_in":300}', 'access_token is missing'],
@@ -295,7 +295,9 @@ t.test('a 200 without a usable token is an error, retried at the slow pace (each
     ['{"access_token":"abc","expires_in":"soon"}', 'expires_in is missing or not a number'],
     ['{"access_token":"abc","expires_in":0}', 'at least 1 second'],
     ['{"access_token":"abc","expires_in":-5}', 'at least 1 second'],
-    ['{"access_token":"abc","expires_in":300,"refresh_token":"r","refresh_expires_in":-1}', 'refresh_expires_in']
+    ['{"access_token":"abc","expires_in":300,"refresh_token":"r","refresh_expires_in":-1}', 'refresh_expires_in'],
+    ['{"access_token":"abc","expires_in":300}', 'token_type'],
+    ['{"access_token":"abc","token_type":"mac","expires_in":300}', 'token_type']
   ]
   for (const [body, reason] of cases) {
     const { clock, endpoint, manager, log } = setup(t)
@@ -304,17 +306,28 @@ t.test('a 200 without a usable token is an error, retried at the slow pace (each
     await clock.advance(0)
     t.equal(manager.ready(), false, body)
     t.match(log.records().find((r) => r.event === 'token' && r.reason !== undefined)?.reason, reason)
-    await clock.advance(30_000)
-    t.equal(endpoint.calls.length, 1, `not at the outage pace: ${body}`)
-    await clock.advance(36_000)
-    t.equal(endpoint.calls.length, 2, `retried about a minute later: ${body}`)
+    await clock.advance(999)
+    t.equal(endpoint.calls.length, 2, `retried within a second: ${body}`)
     t.equal(manager.ready(), true)
   }
 })
 
+t.test('answers that stay unusable are retried ever more slowly, up to the pace of refused credentials', async (t) => {
+  const { clock, endpoint, manager } = setup(t, 1)
+  endpoint.fallback = () => ({ status: 200, body: '{"access_token":"abc","expires_in":0}' })
+  manager.start()
+  await clock.advance(0)
+  const gaps: number[] = []
+  for (let i = 0; i < 9; i++) {
+    gaps.push(clock.pending[0]!)
+    await clock.advance(clock.pending[0]!)
+  }
+  t.same(gaps, [1000, 2000, 4000, 8000, 16000, 32000, 60000, 60000, 60000], 'from TOKEN_RETRY_MIN_MS, doubling up to TOKEN_REJECTED_RETRY_MS')
+})
+
 t.test('lifetimes sent as numeric strings ("3599", as some servers do) are taken as numbers', async (t) => {
   const { clock, endpoint, manager } = setup(t, 0)
-  endpoint.queue.push({ status: 200, body: '{"access_token":"abc","expires_in":"300","refresh_token":"r1","refresh_expires_in":"1800"}' })
+  endpoint.queue.push({ status: 200, body: '{"access_token":"abc","token_type":"Bearer","expires_in":"300","refresh_token":"r1","refresh_expires_in":"1800"}' })
   manager.start()
   await clock.advance(0)
   t.equal(manager.ready(), true)
@@ -351,15 +364,26 @@ t.test('an upstream 401 drops that token and renews once per rejected token', as
   endpoint.queue.push(first)
   manager.start()
   await clock.advance(0)
-  const header = manager.current()!
-  for (let i = 0; i < 50; i++) manager.rejected(header)
-  t.equal(manager.current(), undefined, 'the rejected token is not handed out again')
-  const next = await manager.authorization()
-  t.not(next, header)
+  const held = manager.current()!
+  for (let i = 0; i < 50; i++) t.equal(manager.answered(held, 401, 'Bearer error="invalid_token"', undefined), 'renewed')
+  t.equal(manager.current()?.header, undefined, 'the rejected token is not handed out again')
+  const next = await manager.authorize()
+  t.not(next.header, held.header)
   t.same(endpoint.grants(), ['password', 'refresh_token'], 'one renewal, by refresh first')
-  manager.rejected(header)
+  manager.answered(held, 401, undefined, undefined)
   await clock.advance(0)
   t.equal(endpoint.calls.length, 2, 'a late 401 for the old token causes nothing')
+})
+
+t.test('a 401 that says the token lacks a scope is relayed: a new token would lack it too', async (t) => {
+  const { clock, endpoint, manager } = setup(t)
+  manager.start()
+  await clock.advance(0)
+  const held = manager.current()!
+  t.equal(manager.answered(held, 401, 'Bearer error="insufficient_scope", scope="orders:write"', undefined), 'relay')
+  t.equal(manager.current(), held, 'the token is kept')
+  await clock.advance(0)
+  t.equal(endpoint.calls.length, 1, 'no renewal')
 })
 
 t.test('stop() ends timers and the grant in flight', async (t) => {
@@ -371,13 +395,13 @@ t.test('stop() ends timers and the grant in flight', async (t) => {
   t.equal(endpoint.calls[0]!.signal.aborted, true)
   await clock.advance(120_000)
   t.equal(endpoint.calls.length, 1)
-  await t.rejects(manager.authorization(), TokenUnavailableError)
+  await t.rejects(manager.authorize(), TokenUnavailableError)
 })
 
 t.test('an expires_in too large for a timer (1e7, 1e306) renews late, never at once', async (t) => {
   for (const seconds of [1e7, 1e306]) {
     const { clock, endpoint, manager } = setup(t)
-    endpoint.queue.push({ status: 200, body: JSON.stringify({ access_token: 'abc', expires_in: seconds, refresh_token: 'r', refresh_expires_in: seconds }) })
+    endpoint.queue.push({ status: 200, body: JSON.stringify({ access_token: 'abc', token_type: 'Bearer', expires_in: seconds, refresh_token: 'r', refresh_expires_in: seconds }) })
     manager.start()
     await clock.advance(0)
     t.equal(manager.ready(), true, String(seconds))
@@ -386,22 +410,24 @@ t.test('an expires_in too large for a timer (1e7, 1e306) renews late, never at o
   }
 })
 
-t.test('401-caused renewals in a row wait 0, 1, 2, 4 ... 60 s; any other answer resets the back-off', async (t) => {
+t.test('401-caused renewals in a row wait 0, 1, 2, 4 ... 60 s, whatever other answers come between; a token obtained on schedule starts over', async (t) => {
   const { clock, endpoint, manager } = setup(t)
-  for (let i = 0; i < 40; i++) endpoint.queue.push({ status: 200, body: JSON.stringify({ access_token: `t${i}`, expires_in: 3600 }) })
+  for (let i = 0; i < 40; i++) endpoint.queue.push({ status: 200, body: JSON.stringify({ access_token: `t${i}`, token_type: 'Bearer', expires_in: 3600 }) })
   manager.start()
   await clock.advance(0)
   const renewAt: number[] = []
   const started = clock.now()
   for (let second = 0; second < 200; second++) {
-    const header = manager.current()!
-    if (manager.rejected(header)) renewAt.push(Math.round((clock.now() - started) / 1000))
+    const held = manager.current()!
+    // another path of the same upstream answers 200 between the 401s
+    manager.answered(held, 200, undefined, undefined)
+    if (manager.answered(held, 401, undefined, undefined) === 'renewed') renewAt.push(Math.round((clock.now() - started) / 1000))
     await clock.advance(1_000)
   }
   t.same(renewAt, [0, 1, 3, 7, 15, 31, 63, 123, 183], 'gaps 1, 2, 4, 8, 16, 32, then 60 s')
-  manager.accepted()
-  const header = manager.current()!
-  t.equal(manager.rejected(header), true, 'after another answer the next 401 renews at once')
+  await clock.advance(3_600_000)
+  t.same(endpoint.grants().at(-1), 'password', 'a renewal on schedule (these tokens come without a refresh token)')
+  t.equal(manager.answered(manager.current()!, 401, undefined, undefined), 'renewed', 'its first 401 renews it at once')
 })
 
 t.test('an auth server that echoes the submitted form: no password, client secret or refresh token reaches the log', async (t) => {
@@ -410,7 +436,7 @@ t.test('an auth server that echoes the submitted form: no password, client secre
   let calls = 0
   endpoint.fallback = () => {
     calls += 1
-    if (calls === 1) return { status: 200, body: JSON.stringify({ access_token: 'access-token-abcdef', expires_in: 60, refresh_token: 'refresh-token-ghijkl', refresh_expires_in: 600 }) }
+    if (calls === 1) return { status: 200, body: JSON.stringify({ access_token: 'access-token-abcdef', token_type: 'Bearer', expires_in: 60, refresh_token: 'refresh-token-ghijkl', refresh_expires_in: 600 }) }
     const form = new URLSearchParams(endpoint.calls.at(-1)!.form).toString()
     const raw = Object.values(endpoint.calls.at(-1)!.form).join(' ')
     return keycloakError(400, calls === 2 ? 'invalid_grant' : 'invalid_request', `cannot use ${form} / ${raw}`)
@@ -468,7 +494,7 @@ t.test('a refresh refused with anything but invalid_grant does not fall back to 
 
 t.test('a 200 HTML page (a wrong token URL) is retried at the slow pace, not re-posting the password at the outage pace', async (t) => {
   const { clock, endpoint, manager } = setup(t, 0)
-  endpoint.queue.push({ status: 200, contentType: 'text/html', body: '<html>sign in</html>' }, tokenAnswer(300))
+  endpoint.queue.push({ status: 200, headers: { 'content-type': 'text/html' }, body: '<html>sign in</html>' }, tokenAnswer(300))
   manager.start()
   await clock.advance(0)
   t.equal(manager.notReadyReason()?.startsWith('wrong token URL'), true)
@@ -480,7 +506,7 @@ t.test('a 200 HTML page (a wrong token URL) is retried at the slow pace, not re-
 
 t.test('a grant answered just after stop(): nothing is stored or scheduled, and its session is the one ended', async (t) => {
   const { clock, endpoint, manager } = setup(t)
-  let answer: (res: TokenEndpointResponse) => void = () => {}
+  let answer: (res: AuthAnswer) => void = () => {}
   endpoint.queue.push({ later: new Promise((resolve) => { answer = resolve }) })
   manager.start()
   await settle()
@@ -517,7 +543,7 @@ t.test('private_key_jwt against a server that echoes the form: no assertion, sig
     const form = endpoint.calls.at(-1)!.form
     return keycloakError(400, 'invalid_client', `cannot use ${new URLSearchParams(form).toString()} / ${Object.values(form).join(' ')}`)
   }
-  const server = new AuthServer({ tokenUrl: 'http://auth.invalid/token', grantType: 'password', client: new ClientAuthenticator({ clientId: 'legacy-app', clientAuth: 'private_key_jwt' }), extras: {}, credentials, post: endpoint.post, timeoutMs: 10_000, clock, log: log.logger, secrets })
+  const server = new OAuthClient({ tokenUrl: 'http://auth.invalid/token', grantType: 'password', clientId: 'legacy-app', client: new ClientAuthenticator({ clientId: 'legacy-app', clientAuth: 'private_key_jwt', onSecret: (v) => secrets.addToken(v) }), extras: {}, credentials, http: endpoint.http, timeoutMs: 10_000, clock, log: log.logger, secrets })
   const manager = new TokenManager({ server, credentials, log: log.logger, waitMs: 5_000, retryMinMs: 1_000, retryMaxMs: 30_000, rejectedRetryMs: 60_000, clock, secrets })
   t.teardown(() => manager.stop())
   // signing is real asynchronous work: wait for each attempt's answer in real time

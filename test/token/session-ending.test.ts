@@ -1,9 +1,9 @@
 import t, { type Test } from 'tap'
 import { SecretScrubber } from '../../src/secrets.js'
-import { AuthServer } from '../../src/token/auth-server.js'
 import { ClientAuthenticator } from '../../src/token/client-auth.js'
-import type { TokenEndpointResponse } from '../../src/token/grant.js'
+import type { AuthAnswer } from '../../src/token/http.js'
 import { TokenManager } from '../../src/token/manager.js'
+import { OAuthClient } from '../../src/token/oauth-client.js'
 import { FakeClock, settle } from '../helpers/fake-clock.js'
 import { captureLogger } from '../helpers/log.js'
 import { keycloakError, ScriptedEndpoint, tokenAnswer } from '../helpers/scripted-endpoint.js'
@@ -11,7 +11,7 @@ import { keycloakError, ScriptedEndpoint, tokenAnswer } from '../helpers/scripte
 const TOKEN_URL = 'https://sso.invalid/realms/r/protocol/openid-connect/token'
 const LOGOUT_URL = 'https://sso.invalid/realms/r/protocol/openid-connect/logout'
 const REVOKE_URL = 'https://sso.invalid/realms/r/protocol/openid-connect/revoke'
-const BOUND_REFRESH_REFUSED = (): TokenEndpointResponse => keycloakError(400, 'invalid_grant', 'DPoP proof is missing')
+const BOUND_REFRESH_REFUSED = (): AuthAnswer => keycloakError(400, 'invalid_grant', 'DPoP proof is missing')
 
 /** A token manager holding a session, its token endpoint scripted, on a fake clock. */
 async function holding (t: Test, tokenUrl = TOKEN_URL): Promise<{ clock: FakeClock, endpoint: ScriptedEndpoint, manager: TokenManager, log: ReturnType<typeof captureLogger> }> {
@@ -19,13 +19,14 @@ async function holding (t: Test, tokenUrl = TOKEN_URL): Promise<{ clock: FakeClo
   const endpoint = new ScriptedEndpoint()
   const log = captureLogger()
   const credentials = { read: () => ({ username: 'svc', password: 'pw' }), onChange: () => {} }
-  const server = new AuthServer({
+  const server = new OAuthClient({
     tokenUrl,
     grantType: 'password',
-    client: new ClientAuthenticator({ clientId: 'public-app', clientAuth: 'client_secret_post' }),
+    clientId: 'public-app',
+    client: new ClientAuthenticator({ clientId: 'public-app', clientAuth: 'client_secret_post', onSecret: () => {} }),
     extras: {},
     credentials,
-    post: endpoint.post,
+    http: endpoint.http,
     timeoutMs: 10_000,
     clock,
     log: log.logger,
@@ -80,7 +81,7 @@ t.test('an unreachable auth server: one request, no revocation after it', async 
 
 t.test('the revocation request gets only what is left of the timeout', async (t) => {
   const { clock, endpoint, manager } = await holding(t)
-  let refuse: (res: TokenEndpointResponse) => void = () => {}
+  let refuse: (res: AuthAnswer) => void = () => {}
   endpoint.queue.push({ later: new Promise((resolve) => { refuse = resolve }) }, 'hang')
   const ending = manager.endSession(300)
   await clock.advance(250)
@@ -96,7 +97,7 @@ t.test('the revocation request gets only what is left of the timeout', async (t)
 
 t.test('a refusal that took the whole timeout: no revocation request, and the log says why', async (t) => {
   const { clock, endpoint, manager } = await holding(t)
-  let refuse: (res: TokenEndpointResponse) => void = () => {}
+  let refuse: (res: AuthAnswer) => void = () => {}
   endpoint.queue.push({ later: new Promise((resolve) => { refuse = resolve }) })
   const ending = manager.endSession(300)
   await clock.advance(300)

@@ -1,5 +1,3 @@
-import type { AuthorizationSource } from '../token/source.js'
-
 /** The DPoP errors of an upstream's 401 that refuse the proof, not the token (RFC 9449 §7.1, §9). */
 export const DPOP_REFUSALS = ['use_dpop_nonce', 'invalid_dpop_proof'] as const
 export type DpopRefusal = typeof DPOP_REFUSALS[number]
@@ -10,18 +8,6 @@ const CHALLENGE_PART = /([!#$%&'*+.^_`|~0-9A-Za-z-]+)(?:[ \t]*=[ \t]*("(?:[^"\\]
 const MAX_CHALLENGE_CHARS = 4096
 
 /**
- * An upstream's 401 to a request that carried `authorization`: a refusal of
- * the DPoP proof (`onRefused` counts it) leaves the token alone; any other
- * 401 refuses the token, which is renewed once per rejected token. Returns
- * the proof refusal, if any, and whether a new token is being obtained.
- */
-export function upstream401 (challenge: string | string[] | number | undefined, authorization: string, tokens: AuthorizationSource, onRefused: (reason: DpopRefusal) => void): { refusal: DpopRefusal | undefined, renewing: boolean } {
-  const refusal = dpopRefusalOf(challenge)
-  if (refusal !== undefined) onRefused(refusal)
-  return { refusal, renewing: refusal === undefined && tokens.rejected(authorization) }
-}
-
-/**
  * The proof refusal a `WWW-Authenticate` header carries in its DPoP
  * challenge (`DPoP error="use_dpop_nonce"`, say), if any; the other
  * challenges (Bearer's), and a DPoP error about the token itself
@@ -30,6 +16,14 @@ export function upstream401 (challenge: string | string[] | number | undefined, 
 export function dpopRefusalOf (header: string | string[] | number | undefined): DpopRefusal | undefined {
   const error = challengesOf(header).find((c) => c.scheme === 'dpop' && c.error !== undefined)?.error
   return DPOP_REFUSALS.find((r) => r === error)
+}
+
+/**
+ * Whether a 401's challenge says the token lacks a scope (RFC 6750 §3.1
+ * `insufficient_scope`): the token is fine, a new one would lack it too.
+ */
+export function refusesScope (header: string | string[] | number | undefined): boolean {
+  return challengesOf(header).some((c) => c.error === 'insufficient_scope')
 }
 
 /** Whether a `WWW-Authenticate` header holds a DPoP challenge at all. */

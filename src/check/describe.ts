@@ -1,0 +1,97 @@
+import type { Config } from '../config/load.js'
+import { GrantError, type TokenSet } from '../token/grant.js'
+
+/** What `check` says of the configuration, a token, or a failure: human text, nothing secret. */
+
+export function describeConfig (config: Config): string {
+  const upstream = config.upstream.origin + config.upstream.basePath
+  if (config.auth.mode === 'basic') return `basic mode, upstream ${upstream}`
+  const a = config.auth
+  const endpoint = a.tokenUrl !== undefined ? `token URL ${a.tokenUrl}` : `issuer ${a.issuerUrl ?? ''}`
+  const params = a.params.length === 0 ? '' : `, extra parameters ${a.params.map(([n]) => n).join(', ')}`
+  const dpop = a.dpop === undefined ? '' : `, DPoP-bound tokens (${a.dpop} key)`
+  return `oauth2, ${a.grantType} grant as client ${a.clientId} (${a.clientAuth})${dpop}, ${endpoint}${params}, upstream ${upstream}`
+}
+
+export function lifetimes (set: TokenSet): string {
+  const refresh = set.refreshToken === undefined
+    ? 'no refresh token (renewal is a new grant)'
+    : set.refreshExpiresInMs === undefined ? 'a refresh token without a fixed lifetime' : `a refresh token for ${Math.round(set.refreshExpiresInMs / 1000)} s`
+  return `access token for ${Math.round(set.expiresInMs / 1000)} s, ${refresh}`
+}
+
+/** What an operator checks in a token (issuer, audience, scope, expiry), read from a JWT's payload; never the token. */
+export function claims (token: string): string {
+  const payload = payloadOf(token)
+  if (payload === undefined) return 'the access token is opaque (not a JWT): its claims are not shown'
+  const text = (v: unknown): string => Array.isArray(v) ? v.filter((x) => typeof x === 'string').join(', ') : typeof v === 'string' ? v : 'none'
+  const exp = typeof payload.exp === 'number' && Number.isFinite(payload.exp) && Math.abs(payload.exp) < 1e11
+    ? new Date(payload.exp * 1000).toISOString()
+    : 'none'
+  return `issuer ${text(payload.iss)}, audience ${text(payload.aud)}, scope "${text(payload.scope)}", expires ${exp}`
+}
+
+/** In DPoP mode: the token's type and the key it is bound to (`cnf.jkt`, when the token is a JWT that says). */
+export function binding (key: { alg: string, thumbprint: string } | undefined, set: TokenSet): string {
+  if (key === undefined) return ''
+  const jkt = payloadOf(set.accessToken)?.cnf
+  const named = typeof jkt === 'object' && jkt !== null ? (jkt as { jkt?: unknown }).jkt : undefined
+  const bound = named === undefined ? '' : named === key.thumbprint ? ', its cnf.jkt names it' : ', but its cnf.jkt names another key'
+  return `; token_type ${set.tokenType}, bound to the sidecar's ${key.alg} key ${key.thumbprint}${bound}`
+}
+
+/** A JWT's payload, unverified (for what `check` shows), or undefined for an opaque token. */
+export function payloadOf (token: string): Record<string, unknown> | undefined {
+  const parts = token.split('.')
+  if (parts.length !== 3) return undefined
+  try {
+    const parsed = JSON.parse(Buffer.from(parts[1]!, 'base64url').toString('utf8')) as unknown
+    if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) return parsed as Record<string, unknown>
+  } catch {}
+  return undefined
+}
+
+const TLS_CODES = /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER|ERR_TLS|ERR_SSL|EPROTO/
+const NETWORK_CODES = /ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ECONNRESET|UND_ERR_CONNECT_TIMEOUT|UND_ERR_SOCKET|timed out|upstream_unreachable|upstream_timeout|UND_ERR_HEADERS_TIMEOUT/
+
+/** What to change, for a failed step: credentials, URLs, TLS trust or the egress proxy. */
+export function advice (failure: unknown, config: Config, side: 'auth' | 'upstream'): string {
+  const message = failure instanceof Error ? failure.message : String(failure)
+  const proxy = config.egress.httpsProxy !== undefined || config.egress.httpProxy !== undefined
+  if (TLS_CODES.test(message)) {
+    return '. TLS trust: the server\'s certificate is not trusted here; give its CA to Node.js with NODE_EXTRA_CA_CERTS=/path/ca.pem in the environment (not in .env)'
+  }
+  if (failure instanceof GrantError && failure.kind === 'rejected' && config.auth.mode === 'oauth2') {
+    // Keycloak answers a wrong client secret with unauthorized_client too:
+    // its description tells the two apart, and the message already names a
+    // setting when it knows one.
+    if (/: turn on|pending required actions/.test(message)) return ''
+    switch (failure.oauthError) {
+      case 'invalid_grant': return config.auth.grantType === 'password' && /credentials/i.test(message) ? '. Check AUTH_USERNAME and AUTH_PASSWORD (or their files)' : ''
+      case 'invalid_client':
+      case 'unauthorized_client': return `. Check AUTH_CLIENT_ID and AUTH_CLIENT_SECRET${config.auth.clientAuth === 'client_secret_basic' ? ', and whether the server takes client_secret_basic (AUTH_CLIENT_AUTH)' : ''}`
+      default: return ''
+    }
+  }
+  if (failure instanceof GrantError && failure.kind === 'wrong_url') {
+    return config.auth.mode === 'oauth2' && config.auth.issuerUrl !== undefined && /^discovery/.test(message)
+      ? ''
+      : '. Check AUTH_URL and AUTH_REALM, or set AUTH_ISSUER_URL or AUTH_TOKEN_URL'
+  }
+  if (NETWORK_CODES.test(message)) {
+    const where = side === 'auth' ? 'the auth server' : 'the upstream (BASE_URL)'
+    return proxy
+      ? `. ${where} cannot be reached through the egress proxy: check HTTPS_PROXY/HTTP_PROXY and NO_PROXY`
+      : `. ${where} cannot be reached from here: check the URL, DNS and firewalls (or set HTTPS_PROXY if egress goes through a proxy)`
+  }
+  return ''
+}
+
+/**
+ * One line, printable: what a server said cannot move the cursor, colour
+ * the terminal, or reorder what is shown (bidirectional controls).
+ */
+export function printable (text: string): string {
+  // eslint-disable-next-line no-control-regex
+  return text.replace(/[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, '?')
+}

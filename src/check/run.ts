@@ -1,0 +1,234 @@
+import { METHODS } from 'node:http'
+import type { Readable } from 'node:stream'
+import { Writable } from 'node:stream'
+import { buildApp, type App } from '../app.js'
+import { ConfigError, loadConfig, type Config } from '../config/load.js'
+import { errorBody, ERRORS, type ErrorCode } from '../errors.js'
+import { createLogger } from '../logger.js'
+import type { UpstreamError } from '../proxy/context.js'
+import { dpopRefusalOf, hasDpopChallenge } from '../token/challenge.js'
+import { wellKnownUrl } from '../token/discovery.js'
+import type { TokenManager } from '../token/manager.js'
+import { advice, binding, claims, describeConfig, lifetimes, printable } from './describe.js'
+
+/**
+ * `node dist/main.js check`: the configuration read exactly as the sidecar
+ * reads it, then discovery (if configured), one grant, one request to the
+ * upstream through the proxy's own code path (Fastify's inject: no listener
+ * is opened), and the session ended. One human line per step; the exit code
+ * names the failing step. Nothing secret is printed: not the token, not what
+ * a server echoed of the credentials.
+ */
+
+/** Exit codes, one per step that can fail. */
+export const CHECK_EXIT = { ok: 0, configuration: 1, usage: 2, discovery: 3, grant: 4, upstream: 5, session: 6 } as const
+
+export function checkUsage (): string {
+  return `Usage: node dist/main.js check [--path /some/path] [--method GET]
+
+Reads the configuration as the sidecar would, then: discovery (with
+AUTH_ISSUER_URL), one grant, one request to the upstream through the proxy's
+code path (--path, relative to BASE_URL, default its base path), and ends the
+session it opened (unless AUTH_LOGOUT_ON_SHUTDOWN=false). No port is opened.
+
+Exit codes: 0 all passed, 1 configuration, 2 usage, 3 discovery, 4 grant,
+5 upstream (unreachable, or it refused the token: 401/403), 6 ending the session.
+`
+}
+
+interface CheckArgs { path: string, method: string }
+
+function parseArgs (args: string[]): CheckArgs | string {
+  const parsed: CheckArgs = { path: '/', method: 'GET' }
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!
+    const [name, inline] = arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined]
+    if (name !== '--path' && name !== '--method') return `unknown argument ${JSON.stringify(arg).slice(0, 80)}`
+    const value = inline ?? args[++i]
+    if (value === undefined) return `${name} needs a value`
+    if (name === '--path') {
+      if (!value.startsWith('/')) return '--path must start with /'
+      parsed.path = value
+    } else {
+      const method = value.toUpperCase()
+      // what the proxy forwards: Node's methods but TRACE and CONNECT
+      if (!METHODS.includes(method) || method === 'TRACE' || method === 'CONNECT') return '--method must be an HTTP method the proxy forwards, such as GET'
+      parsed.method = method
+    }
+  }
+  return parsed
+}
+
+export async function runCheck (env: NodeJS.ProcessEnv, args: string[], write: (text: string) => void, cwd?: string): Promise<number> {
+  if (args.includes('--help') || args.includes('-h')) {
+    write(checkUsage())
+    return CHECK_EXIT.ok
+  }
+  const parsed = parseArgs(args)
+  if (typeof parsed === 'string') {
+    write(`auth-sidecar check: ${parsed}; see check --help\n`)
+    return CHECK_EXIT.usage
+  }
+
+  let config: Config
+  try {
+    config = loadConfig(env, cwd === undefined ? {} : { cwd })
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err
+    write(`FAIL configuration: ${err.problems.join('; ')}\n`)
+    return CHECK_EXIT.configuration
+  }
+  write(`ok   configuration: ${describeConfig(config)}\n`)
+  for (const warning of config.warnings) write(`     note: ${warning}\n`)
+
+  // The sidecar's own components; what they log is not shown (each step says what matters).
+  const logger = createLogger('warn', new Writable({ write (_chunk, _encoding, done) { done() } }))
+  const app = await buildApp(config, { logger })
+  const say = (status: 'ok' | 'FAIL' | 'skip', step: string, text: string): void => {
+    write(`${status.padEnd(4)} ${step}: ${printable(app.secrets.scrub(text))}\n`)
+  }
+  try {
+    return await steps(app, config, parsed, say)
+  } finally {
+    await app.close(0)
+  }
+}
+
+type Say = (status: 'ok' | 'FAIL' | 'skip', step: string, text: string) => void
+
+async function steps (app: App, config: Config, args: CheckArgs, say: Say): Promise<number> {
+  const credential = app.credential
+  if (credential.kind === 'oauth2' && config.auth.mode === 'oauth2') {
+    if (config.auth.issuerUrl !== undefined) {
+      try {
+        const endpoints = await credential.discover()
+        const found = [
+          config.auth.tokenUrl === undefined ? `token endpoint ${endpoints?.tokenUrl ?? ''}` : `token endpoint ${config.auth.tokenUrl} (AUTH_TOKEN_URL wins)`,
+          endpoints?.endSessionUrl === undefined ? 'no end-session endpoint' : `end-session endpoint ${endpoints.endSessionUrl}`,
+          ...(endpoints?.revocationUrl === undefined ? [] : [`revocation endpoint ${endpoints.revocationUrl}`]),
+          ...(endpoints?.ignored ?? [])
+        ]
+        say('ok', 'discovery', `${wellKnownUrl(config.auth.issuerUrl)}: ${found.join(', ')}`)
+      } catch (err) {
+        say('FAIL', 'discovery', `${(err as Error).message}${advice(err, config, 'auth')}`)
+        return CHECK_EXIT.discovery
+      }
+    }
+    try {
+      const { grant, tokenUrl, set } = await credential.grantOnce()
+      say('ok', 'grant', `${grant} grant at ${tokenUrl} (${await clientMode(credential, config)}): ${lifetimes(set)}; ${claims(set.accessToken)}${binding(credential.dpopKey, set)}`)
+    } catch (err) {
+      say('FAIL', 'grant', `${(err as Error).message}${advice(err, config, 'auth')}`)
+      return CHECK_EXIT.grant
+    }
+  } else {
+    say('skip', 'grant', 'basic mode has no token endpoint: the credentials go as Authorization: Basic')
+  }
+
+  const upstream = await upstreamStep(app, config, args, say)
+
+  // the session it opened is ended whatever the upstream said
+  if (config.auth.mode !== 'oauth2') return upstream
+  if (!config.auth.logoutOnShutdown) {
+    say('skip', 'session', 'left open: AUTH_LOGOUT_ON_SHUTDOWN=false (Keycloak ends it after SSO Session Idle)')
+    return upstream
+  }
+  const { outcome, detail } = await credential.endSession(config.token.timeoutMs)
+  if (outcome === 'error' || outcome === 'rejected') {
+    say('FAIL', 'session', detail)
+    return upstream === CHECK_EXIT.ok ? CHECK_EXIT.session : upstream
+  }
+  say(outcome === 'success' ? 'ok' : 'skip', 'session', detail)
+  return upstream
+}
+
+/** The most of an upstream's answer `check` reads: enough to know it came, no more. */
+const MAX_BODY_BYTES = 64 * 1024
+/** Statuses that refuse what the sidecar sends (its headers, the token's size), not the path asked for. */
+const REFUSES_REQUEST = new Set([407, 408, 413, 414, 431])
+
+/**
+ * One request through the proxy's own code path (Fastify's inject), its
+ * answer read for at most UPSTREAM_TIMEOUT_MS and MAX_BODY_BYTES. The
+ * verdict comes from the status: 2xx, 3xx and a 4xx about the path (404,
+ * say) prove the upstream took the token; 401 and 403 refuse it; 5xx and the
+ * 4xx that refuse the request itself fail.
+ */
+async function upstreamStep (app: App, config: Config, args: CheckArgs, say: Say): Promise<number> {
+  const target = `${config.upstream.origin}${config.upstream.basePath}${args.path === '/' && config.upstream.basePath !== '' ? '' : args.path}`
+  const failures: UpstreamError[] = []
+  app.events.on('upstream_error', (e) => failures.push(e))
+  const started = performance.now()
+  const giveUp = AbortSignal.timeout(config.upstream.timeoutMs + 1_000)
+  let res
+  try {
+    res = await app.proxy.inject({ method: args.method as 'GET', url: args.path, payloadAsStream: true, signal: giveUp })
+  } catch {
+    say('FAIL', 'upstream', `${args.method} ${target}: no answer within ${config.upstream.timeoutMs} ms (UPSTREAM_TIMEOUT_MS)`)
+    return CHECK_EXIT.upstream
+  }
+  const body = await readSome(res.stream(), giveUp)
+  const ms = Math.round(performance.now() - started)
+  // the sidecar's own answer, told apart from the upstream's by its exact body
+  const own = (Object.keys(ERRORS) as ErrorCode[]).find((code) => body === errorBody(code))
+  const dpop = config.auth.mode === 'oauth2' && config.auth.dpop !== undefined
+  if (own === undefined && res.statusCode === 401 && dpop) {
+    const challenge = res.headers['www-authenticate']
+    const refusal = dpopRefusalOf(challenge)
+    say('FAIL', 'upstream', refusal !== undefined
+      ? `${args.method} ${target} answered 401: the upstream refuses the DPoP proof (${refusal}${refusal === 'use_dpop_nonce' ? ', even with the nonce it asked for' : ''}); its clock, or the URL it believes it serves (a proxy in between rewriting the path or host), may differ from the sidecar's`
+      : hasDpopChallenge(challenge)
+        ? `${args.method} ${target} answered 401: the upstream refuses the DPoP-bound token. Check what it expects (audience, realm, roles)`
+        : `${args.method} ${target} answered 401 without a DPoP challenge: the upstream may not take DPoP-bound tokens; set AUTH_DPOP=false if it takes only bearer tokens`)
+    return CHECK_EXIT.upstream
+  }
+  if (own === undefined && (res.statusCode === 401 || res.statusCode === 403)) {
+    say('FAIL', 'upstream', `${args.method} ${target} answered ${res.statusCode}: the upstream refuses the token. Check what it expects (audience, realm, roles): AUTH_SCOPE, AUTH_TOKEN_PARAMS (audience=...), or the client's mappers`)
+    return CHECK_EXIT.upstream
+  }
+  if (own === 'upstream_unreachable' || own === 'upstream_timeout') {
+    const code = failures.at(-1)?.code ?? own
+    say('FAIL', 'upstream', `${args.method} ${target}: the sidecar answered ${res.statusCode} ${own} (${code})${advice(code, config, 'upstream')}`)
+    return CHECK_EXIT.upstream
+  }
+  if (own !== undefined) {
+    say('FAIL', 'upstream', `${args.method} ${target}: the sidecar answered ${res.statusCode} ${own}: ${ERRORS[own].message}`)
+    return CHECK_EXIT.upstream
+  }
+  if (res.statusCode >= 500) {
+    say('FAIL', 'upstream', `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, but failing`)
+    return CHECK_EXIT.upstream
+  }
+  if (REFUSES_REQUEST.has(res.statusCode)) {
+    say('FAIL', 'upstream', `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, but it refuses the request itself (${res.statusCode === 407 ? 'an egress proxy wants credentials: check HTTPS_PROXY/HTTP_PROXY' : 'its headers or size: a token too large for the upstream, or a proxy in between with smaller limits'})`)
+    return CHECK_EXIT.upstream
+  }
+  if (res.statusCode >= 400) {
+    say('ok', 'upstream', `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, and the token was not refused (try another --path for a 2xx)`)
+    return CHECK_EXIT.ok
+  }
+  say('ok', 'upstream', `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, ${dpop ? 'DPoP-bound token and proof accepted' : 'token accepted'}`)
+  return CHECK_EXIT.ok
+}
+
+/** At most MAX_BODY_BYTES of an answer, as text, until `signal` (which also destroys the stream); what is left is not read. */
+async function readSome (stream: Readable, signal: AbortSignal): Promise<string> {
+  const chunks: Buffer[] = []
+  let size = 0
+  try {
+    for await (const chunk of stream) {
+      chunks.push(chunk as Buffer)
+      size += (chunk as Buffer).length
+      if (size >= MAX_BODY_BYTES || signal.aborted) break
+    }
+  } catch {}
+  stream.destroy()
+  return Buffer.concat(chunks).subarray(0, MAX_BODY_BYTES).toString('utf8')
+}
+
+/** How the client authenticated, and with which key: `private_key_jwt, key kid ... (ES256)`. */
+async function clientMode (credential: TokenManager, config: Config): Promise<string> {
+  const mode = config.auth.mode === 'oauth2' ? config.auth.clientAuth : 'basic'
+  const key = await credential.clientKey()
+  return key === undefined ? mode : `${mode}, key kid ${key.kid} (${key.alg})`
+}

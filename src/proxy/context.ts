@@ -1,0 +1,66 @@
+import type { EventEmitter } from 'node:events'
+import type { Dispatcher } from 'undici'
+import type { Logger } from '../logger.js'
+import type { RequestCredential } from '../token/credential.js'
+import type { AccessLine } from './access-log.js'
+import type { Admission } from './admission.js'
+import type { UpstreamSlots } from './upstream-slots.js'
+
+/** One route as the proxy serves it. */
+export interface RouteSettings {
+  /** `default`, or the route's name in lower case */
+  name: string
+  /** `scheme://host[:port]` of its BASE_URL, the only origin its token is ever sent to */
+  origin: string
+  /** the origin's `host[:port]`, for the Host header */
+  host: string
+  /** its BASE_URL's path without the trailing slash, '' for none */
+  basePath: string
+  /** the path prefix it is served under on its listener ('' for all paths), removed before forwarding */
+  prefix: string
+  /** UPSTREAM_TIMEOUT_MS */
+  timeoutMs: number
+  /** WEBSOCKET_MAX_MESSAGE_BYTES */
+  websocketMaxMessageBytes: number
+}
+
+/** Why the sidecar answered 502 or 504 itself. */
+export type UpstreamErrorReason = 'unreachable' | 'timeout' | 'reset'
+
+export interface UpstreamError {
+  route: string
+  reason: UpstreamErrorReason
+  /** what failed, as undici or Node named it (ECONNREFUSED, UND_ERR_HEADERS_TIMEOUT...) */
+  code: string
+}
+
+/** What happens in the proxy, for whoever counts or shows it (the access log, the metrics, `check`). */
+export interface ProxyEvents {
+  /** one per request, answered or abandoned, and one per WebSocket session when it ends */
+  response: [line: AccessLine]
+  /** the sidecar answered 502 or 504 itself, or cut an answer the upstream broke off */
+  upstream_error: [error: UpstreamError]
+}
+
+/** What a route's parts share: its settings, credential, upstream pool, and the listener's bounds. */
+export interface ProxyContext {
+  route: RouteSettings
+  credential: RequestCredential
+  /** the route's upstream pool; verifies TLS */
+  dispatcher: Dispatcher
+  slots: UpstreamSlots
+  admission: Admission
+  log: Logger
+  events: EventEmitter<ProxyEvents>
+}
+
+/** Errors that mean the upstream took the connection but closed it under the request. */
+const RESET_ERRORS = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE', 'UND_ERR_CLOSED', 'AUTH_SIDECAR_INTERIM_FLOOD'])
+const TIMEOUT_ERRORS = new Set(['UND_ERR_HEADERS_TIMEOUT', 'AUTH_SIDECAR_HANDSHAKE_TIMEOUT'])
+
+/** How a failed exchange is counted and answered: a timeout (504), or the upstream unreachable or reset (502). */
+export function upstreamFailure (err: unknown): { reason: UpstreamErrorReason, code: string } {
+  const e = err as { code?: string, name?: string, cause?: { code?: string } }
+  const code = e.code ?? e.cause?.code ?? e.name ?? 'error'
+  return { reason: TIMEOUT_ERRORS.has(code) ? 'timeout' : RESET_ERRORS.has(code) ? 'reset' : 'unreachable', code }
+}

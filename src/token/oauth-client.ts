@@ -1,0 +1,347 @@
+import { EventEmitter } from 'node:events'
+import * as oauth from 'oauth4webapi'
+import type { Credentials } from '../config/credentials.js'
+import type { PrimaryGrant } from '../config/load.js'
+import type { Logger } from '../logger.js'
+import type { SecretScrubber } from '../secrets.js'
+import type { ClientAuthenticator } from './client-auth.js'
+import type { Clock } from './clock.js'
+import type { CredentialEvents } from './credential.js'
+import { checkDiscovery, wellKnownUrl, type Endpoints } from './discovery.js'
+import { dpopNonceOf, htuOf, type DpopKey } from './dpop.js'
+import { answerOf, checkTokenAnswer, GrantError, grantFields, oauthErrorOf, type Answer, type Fields, type GrantExtras, type GrantType, type TokenSet } from './grant.js'
+import { fetchOver, type AuthHttp } from './http.js'
+
+export interface OAuthClientOptions {
+  /** undefined: the token endpoint comes from discovery (issuerUrl) */
+  tokenUrl?: string
+  /** AUTH_ISSUER_URL: discovery runs before the first grant */
+  issuerUrl?: string
+  /** Keycloak's other layout of the same URL, tried once should tokenUrl not be a token endpoint */
+  alternateTokenUrl?: string
+  /** the grant that obtains a token from the credentials */
+  grantType: PrimaryGrant
+  clientId: string
+  /** the client's part of every request */
+  client: ClientAuthenticator
+  /** AUTH_SCOPE and AUTH_TOKEN_PARAMS, for every grant */
+  extras: GrantExtras
+  credentials: { read(): Credentials }
+  http: AuthHttp
+  /** longest wait for one request */
+  timeoutMs: number
+  /** DPoP mode: every request carries a proof with this key, and tokens must be bound to it */
+  dpop?: DpopKey
+  clock: Clock
+  log: Logger
+  secrets: SecretScrubber
+}
+
+export type RequestPurpose = 'token' | 'discovery' | 'logout'
+
+/**
+ * The auth server as the token lifecycle sees it, on oauth4webapi:
+ * discovery once, then grants sent to the token endpoint with the
+ * credentials as they are at that moment, each bounded by TOKEN_TIMEOUT_MS,
+ * each answer checked; the session ended at Keycloak's end-session endpoint
+ * or by revocation. It decides nothing about when to send; every failure is
+ * a GrantError.
+ */
+export class OAuthClient {
+  /** each grant's outcome, as it is known */
+  readonly events = new EventEmitter<CredentialEvents>()
+  readonly #o: OAuthClientOptions
+  readonly #client: oauth.Client
+  readonly #fetch: ReturnType<typeof fetchOver>
+  readonly #dpop: oauth.DPoPHandle | undefined
+  /** undefined until discovery has named it */
+  #tokenUrl: string | undefined
+  /** what discovery found; undefined until it has run (or without AUTH_ISSUER_URL) */
+  #endpoints: Endpoints | undefined
+  /** the other Keycloak layout, until it has been tried */
+  #alternateTokenUrl: string | undefined
+  /** the grant or discovery request in flight, aborted by stop() */
+  #abort: AbortController | undefined
+  /** the auth server's newest DPoP nonce, for the requests oauth4webapi does not prove itself */
+  #nonce: string | undefined
+  #stopped = false
+
+  constructor (options: OAuthClientOptions) {
+    this.#o = options
+    this.#client = { client_id: options.clientId }
+    this.#fetch = fetchOver(options.http)
+    this.#dpop = options.dpop?.handle()
+    this.#tokenUrl = options.tokenUrl
+    this.#alternateTokenUrl = options.alternateTokenUrl
+  }
+
+  get grantType (): PrimaryGrant {
+    return this.#o.grantType
+  }
+
+  get tokenUrl (): string | undefined {
+    return this.#tokenUrl
+  }
+
+  get issuerUrl (): string | undefined {
+    return this.#o.issuerUrl
+  }
+
+  get endpoints (): Endpoints | undefined {
+    return this.#endpoints
+  }
+
+  get needsDiscovery (): boolean {
+    return this.#o.issuerUrl !== undefined && this.#endpoints === undefined
+  }
+
+  /** The scheme of the Authorization header the tokens go in. */
+  get scheme (): 'DPoP' | 'Bearer' {
+    return this.#o.dpop === undefined ? 'Bearer' : 'DPoP'
+  }
+
+  /** The DPoP key, in DPoP mode. */
+  get dpop (): DpopKey | undefined {
+    return this.#o.dpop
+  }
+
+  /** Aborts the request in flight; nothing more is sent but the session ending. */
+  stop (): void {
+    this.#stopped = true
+    this.#abort?.abort()
+  }
+
+  /**
+   * OpenID Connect discovery (AUTH_ISSUER_URL), once for the process's life:
+   * the token endpoint (unless AUTH_TOKEN_URL is set) and the end-session
+   * and revocation endpoints. Undefined without an issuer.
+   */
+  async discover (): Promise<Endpoints | undefined> {
+    const issuer = this.#o.issuerUrl
+    if (issuer === undefined) return undefined
+    if (this.#endpoints !== undefined) return this.#endpoints
+    this.#o.log.debug({ event: 'discovery', url: wellKnownUrl(issuer) }, 'discovery request')
+    const res = await this.request('discovery', this.#o.timeoutMs, async (signal) => await oauth.discoveryRequest(new URL(issuer), this.#options(issuer, signal)))
+    const shorten = this.#shorten
+    const endpoints = await checkDiscovery(issuer, await answerOf(res), res, this.#tokenUrl, shorten)
+    this.#endpoints = endpoints
+    this.#tokenUrl ??= endpoints.tokenUrl
+    for (const ignored of endpoints.ignored) this.#o.log.warn({ event: 'discovery' }, shorten(ignored, 500))
+    this.#o.log.info({
+      event: 'discovery',
+      issuer,
+      tokenUrl: this.#tokenUrl,
+      endSessionUrl: endpoints.endSessionUrl ?? null,
+      revocationUrl: endpoints.revocationUrl ?? null
+    }, 'discovered the realm\'s endpoints')
+    return endpoints
+  }
+
+  /** The configured grant (password or client_credentials), with the credentials as they are now. */
+  async primaryGrant (): Promise<TokenSet> {
+    if (this.grantType === 'client_credentials') return await this.#send('client_credentials', [])
+    const creds = this.#o.credentials.read()
+    this.#o.secrets.add(creds.password)
+    return await this.#send('password', [['username', creds.username ?? ''], ['password', creds.password ?? '']])
+  }
+
+  /** The refresh grant. */
+  async refreshGrant (refreshToken: string): Promise<TokenSet> {
+    return await this.#send('refresh_token', [['refresh_token', refreshToken]])
+  }
+
+  /** The client's key as its assertions name it (private_key_jwt), for `check`. */
+  async clientKey (): Promise<{ alg: string, kid: string } | undefined> {
+    return await this.#o.client.keyDescription(this.#o.credentials.read())
+  }
+
+  async #send (grant: GrantType, own: Fields): Promise<TokenSet> {
+    const fields = grantFields(grant, own, this.#o.extras)
+    try {
+      let set: TokenSet
+      try {
+        set = await this.#post(grant, this.#tokenUrl ?? '', fields)
+      } catch (err) {
+        const alternate = this.#alternateTokenUrl
+        if (!(err instanceof GrantError) || err.kind !== 'wrong_url' || alternate === undefined || this.#stopped) throw err
+        // Keycloak 17+ serves without /auth, older ones with it: the URL was
+        // derived from AUTH_URL, so the other layout is tried, once.
+        this.#alternateTokenUrl = undefined
+        set = await this.#post(grant, alternate, fields).catch((again: unknown) => {
+          // only a token endpoint judges a grant: 400 or 401 with an OAuth error
+          const judged = again instanceof GrantError && again.kind === 'rejected' && (again.status === 400 || again.status === 401) && again.oauthError !== undefined
+          if (!judged) throw err
+          this.#useAlternate(alternate)
+          throw again
+        })
+        this.#useAlternate(alternate)
+      }
+      this.events.emit('grant', grant, 'success')
+      return set
+    } catch (err) {
+      this.events.emit('grant', grant, (err as GrantError).kind === 'rejected' ? 'rejected' : 'error')
+      throw err
+    }
+  }
+
+  #useAlternate (url: string): void {
+    const configured = this.#tokenUrl
+    this.#tokenUrl = url
+    this.#o.log.warn({ event: 'token', tokenUrl: url, derivedTokenUrl: configured },
+      `the token endpoint answers at ${url}, not at ${configured}: using it. Set AUTH_TOKEN_URL=${url} to skip the first try`)
+  }
+
+  /**
+   * One grant sent to the token endpoint at `url`, its answer checked. In
+   * DPoP mode a `use_dpop_nonce` answer is followed by one more try, the
+   * proof then carrying the nonce the server sent; never a loop.
+   */
+  async #post (grant: GrantType, url: string, fields: Fields): Promise<TokenSet> {
+    const as = this.#metadata(url)
+    for (let attempt = 0; ; attempt++) {
+      const auth = await this.#authentication(url)
+      this.#o.log.debug({ event: 'token', grant, tokenUrl: url }, 'token request')
+      const res = await this.request('token', this.#o.timeoutMs, async (signal) =>
+        await oauth.genericTokenEndpointRequest(as, this.#client, auth, grant, fields, { ...this.#options(url, signal), ...(this.#dpop !== undefined && { DPoP: this.#dpop }) }))
+      const answer = await answerOf(res)
+      this.#noteNonce(answer)
+      this.#o.log.debug({ event: 'token', grant, status: answer.status }, 'token endpoint answered')
+      if (attempt === 0 && this.#askedForNonce(answer)) {
+        this.#o.log.debug({ event: 'token', purpose: 'token' }, 'the auth server asked for a DPoP nonce: sending again with it')
+        continue
+      }
+      let set: TokenSet
+      try {
+        set = await checkTokenAnswer(answer, async () => await oauth.processGenericTokenEndpointResponse(as, this.#client, res), this.#shorten)
+      } catch (err) {
+        if (err instanceof GrantError && err.kind === 'wrong_url') throw new GrantError(`POST ${url}: ${err.message}`, 'wrong_url', { ...(err.status !== undefined && { status: err.status }) })
+        throw err
+      }
+      // a token the server did not bind to the key is not used, not even as a bearer token
+      if (this.#o.dpop !== undefined && set.tokenType.toLowerCase() !== 'dpop') {
+        throw new GrantError(`the token endpoint answered with a ${set.tokenType} token, not a DPoP-bound one: turn on "Require DPoP bound tokens" for the client in Keycloak 26.4 or later (Advanced, Proof of Possession), or set AUTH_DPOP=false`, 'unusable', { status: 200 })
+      }
+      if (this.#o.dpop === undefined && set.tokenType.toLowerCase() === 'dpop') {
+        throw new GrantError('the token endpoint answered with a DPoP-bound token, which only works with its proof: set AUTH_DPOP=true, or turn off "Require DPoP bound tokens" for the client', 'unusable', { status: 200 })
+      }
+      return set
+    }
+  }
+
+  /** Keycloak's end-session endpoint, which oauth4webapi does not know: the refresh token, the client authenticated as for a grant. */
+  async endSession (url: string, refreshToken: string, timeoutMs: number): Promise<Answer> {
+    const auth = await this.#authentication(this.#tokenUrl ?? url)
+    const send = async (): Promise<Answer> => {
+      const body = new URLSearchParams([['refresh_token', refreshToken]])
+      const headers = new Headers({ accept: 'application/json' })
+      await auth(this.#metadata(this.#tokenUrl ?? url), this.#client, body, headers)
+      headers.set('content-type', 'application/x-www-form-urlencoded;charset=UTF-8')
+      const proof = this.#proof(url)
+      if (proof !== undefined) headers.set('dpop', proof)
+      const res = await this.request('logout', timeoutMs, async (signal) => await this.#fetch(url, { method: 'POST', headers: Object.fromEntries(headers), body: body.toString(), signal }))
+      return await answerOf(res)
+    }
+    return await this.#provenOnce(send)
+  }
+
+  /** RFC 7009 revocation of one token at `url`. */
+  async revoke (url: string, token: string, hint: 'refresh_token' | 'access_token', timeoutMs: number): Promise<Answer> {
+    const auth = await this.#authentication(this.#tokenUrl ?? url)
+    const as = { ...this.#metadata(this.#tokenUrl ?? url), revocation_endpoint: url }
+    const send = async (): Promise<Answer> => {
+      const proof = this.#proof(url)
+      const res = await this.request('logout', timeoutMs, async (signal) => await oauth.revocationRequest(as, this.#client, auth, token, {
+        ...this.#options(url, signal),
+        additionalParameters: { token_type_hint: hint },
+        ...(proof !== undefined && { headers: { dpop: proof } })
+      }))
+      return await answerOf(res)
+    }
+    return await this.#provenOnce(send)
+  }
+
+  /** Sends once more, with the nonce, when the server asks for one (DPoP mode). */
+  async #provenOnce (send: () => Promise<Answer>): Promise<Answer> {
+    const answer = await send()
+    this.#noteNonce(answer)
+    if (!this.#askedForNonce(answer)) return answer
+    const again = await send()
+    this.#noteNonce(again)
+    return again
+  }
+
+  #proof (url: string): string | undefined {
+    return this.#o.dpop?.proof('POST', htuOf(url), { nonce: this.#nonce })
+  }
+
+  #askedForNonce (answer: Answer): boolean {
+    return this.#o.dpop !== undefined && answer.status === 400 && dpopNonceOf(answer.dpopNonce) !== undefined && oauthErrorOf(answer.body).error === 'use_dpop_nonce'
+  }
+
+  #noteNonce (answer: Answer): void {
+    const nonce = dpopNonceOf(answer.dpopNonce)
+    if (nonce !== undefined) this.#nonce = nonce
+  }
+
+  /**
+   * The client's authentication for the next request, with the credentials
+   * as they are now; what is secret in it is known to the scrubber before
+   * anything is sent (a server that echoes the form or the header echoes it).
+   */
+  async #authentication (audience: string): Promise<oauth.ClientAuth> {
+    const creds = this.#o.credentials.read()
+    this.#o.secrets.add(creds.clientSecret)
+    return await this.#o.client.forRequest(creds, audience)
+  }
+
+  /** The authorization server as oauth4webapi takes it. */
+  #metadata (tokenUrl: string): oauth.AuthorizationServer {
+    return { issuer: this.#endpoints?.issuer ?? issuerOf(tokenUrl), token_endpoint: tokenUrl }
+  }
+
+  /** What every request to `url` takes: the timeout's signal, the sidecar's HTTP client, http allowed where configured. */
+  #options (url: string, signal: AbortSignal): { signal: AbortSignal, [oauth.customFetch]: ReturnType<typeof fetchOver>, [oauth.allowInsecureRequests]?: boolean } {
+    return {
+      signal,
+      [oauth.customFetch]: this.#fetch,
+      // the operator chose an http URL (a Keycloak in the same pod, say): oauth4webapi refuses it otherwise
+      ...(new URL(url).protocol === 'http:' && { [oauth.allowInsecureRequests]: true })
+    }
+  }
+
+  readonly #shorten = (text: string, max: number): string => this.#o.secrets.shorten(text, max)
+
+  /**
+   * One request to the auth server, aborted after `timeoutMs`; a network
+   * error or timeout becomes a transient GrantError. Token and discovery
+   * requests are also aborted by stop(); the session ending, which runs
+   * after it, is not.
+   */
+  async request<T> (purpose: RequestPurpose, timeoutMs: number, send: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    const abort = new AbortController()
+    const tracked = purpose !== 'logout'
+    if (tracked) this.#abort = abort
+    const timer = this.#o.clock.setTimeout(() => abort.abort(), timeoutMs)
+    try {
+      return await send(abort.signal)
+    } catch (err) {
+      const message = abort.signal.aborted
+        ? `${purpose} request timed out after ${timeoutMs} ms`
+        : `${purpose} request failed: ${describeNetworkError(err)}`
+      throw new GrantError(message, 'transient', { cause: err })
+    } finally {
+      this.#o.clock.clearTimeout(timer)
+      if (tracked && this.#abort === abort) this.#abort = undefined
+    }
+  }
+}
+
+/** The issuer a token URL implies: Keycloak's realm (the URL without /protocol/openid-connect/token), else its origin. */
+export function issuerOf (tokenUrl: string): string {
+  return /^(.*\/realms\/[^/]+)\/protocol\/openid-connect\/token$/.exec(tokenUrl)?.[1] ?? new URL(tokenUrl).origin
+}
+
+function describeNetworkError (err: unknown): string {
+  const e = err as { code?: string, message?: string, cause?: { code?: string } }
+  return e.code ?? e.cause?.code ?? e.message ?? 'unknown error'
+}

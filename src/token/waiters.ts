@@ -1,0 +1,62 @@
+import { TokenUnavailableError } from '../errors.js'
+import type { Clock } from './clock.js'
+
+interface Waiter<T> {
+  resolve: (value: T) => void
+  reject: (err: Error) => void
+  deadline: number
+  timer: unknown
+}
+
+/**
+ * Requests waiting for a token being obtained, each for TOKEN_WAIT_MS at
+ * most: they get the token when it comes, or TokenUnavailableError with
+ * the Retry-After their owner names.
+ */
+export class Waiters<T> {
+  readonly #clock: Clock
+  readonly #waitMs: number
+  readonly #retryAfterSeconds: () => number
+  readonly #waiting = new Set<Waiter<T>>()
+
+  constructor (clock: Clock, waitMs: number, retryAfterSeconds: () => number) {
+    this.#clock = clock
+    this.#waitMs = waitMs
+    this.#retryAfterSeconds = retryAfterSeconds
+  }
+
+  /** One more waiter, given up after TOKEN_WAIT_MS. */
+  wait (): Promise<T> {
+    return new Promise((resolve, reject) => {
+      const waiter: Waiter<T> = {
+        resolve,
+        reject,
+        deadline: this.#clock.now() + this.#waitMs,
+        timer: this.#clock.setTimeout(() => {
+          this.#waiting.delete(waiter)
+          reject(new TokenUnavailableError(this.#retryAfterSeconds()))
+        }, this.#waitMs)
+      }
+      this.#waiting.add(waiter)
+    })
+  }
+
+  /** Every waiter gets `value`. */
+  resolve (value: T): void {
+    for (const w of this.#waiting) {
+      this.#clock.clearTimeout(w.timer)
+      w.resolve(value)
+    }
+    this.#waiting.clear()
+  }
+
+  /** The waiters whose deadline comes before `time` (all without one) give up now. */
+  failBefore (time = Infinity): void {
+    for (const w of this.#waiting) {
+      if (w.deadline >= time) continue
+      this.#clock.clearTimeout(w.timer)
+      this.#waiting.delete(w)
+      w.reject(new TokenUnavailableError(this.#retryAfterSeconds()))
+    }
+  }
+}
