@@ -87,7 +87,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     if (password !== '') secrets.add(decodeURIComponent(username))
   }
 
-  const store = new CredentialStore(config.credentials)
+  const store = new CredentialStore(config.credentials, (message) => logger.warn({ event: 'credentials' }, message))
   let tokenDispatcher: Dispatcher | undefined
   const http = deps.http ?? createAuthHttp(tokenDispatcher = createDispatcher(config.egress, undefined, { connections: 2, keepAliveTimeout: 4_000 }))
   const credential = await buildCredential(config, store, http, secrets, deps.clock ?? systemClock, logger.child({ component: 'token' }))
@@ -215,7 +215,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
 
 /** The credential the configuration describes: a token kept fresh (oauth2), or fixed Basic credentials. */
 async function buildCredential (config: Config, store: CredentialStore, http: AuthHttp, secrets: SecretScrubber, clock: Clock, log: pino.Logger): Promise<TokenManager | BasicCredential> {
-  if (config.auth.mode === 'basic') return new BasicCredential(store)
+  if (config.auth.mode === 'basic') return await BasicCredential.create(store)
   const { tokenUrl, issuerUrl, alternateTokenUrl, grantType, clientAuth, clientId, clientKeyAlg, clientKeyId, scope, params, dpop } = config.auth
   const server = new OAuthClient({
     ...(tokenUrl !== undefined && { tokenUrl }),

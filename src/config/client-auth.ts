@@ -1,7 +1,8 @@
 import { resolve } from 'node:path'
 import { parseClientKey, type KeyAlgorithm } from './client-key.js'
 import type { ClientAuth, CredentialSource, PrimaryGrant } from './types.js'
-import { readSecretFile, type Raw } from './values.js'
+import { readSecretFileSync } from './secret-file.js'
+import type { Raw } from './values.js'
 
 export interface ClientAuthSettings {
   clientAuth: ClientAuth
@@ -71,11 +72,11 @@ function fileSource (name: 'AUTH_CLIENT_KEY_FILE' | 'AUTH_CLIENT_ASSERTION_FILE'
   }
   const path = resolve(cwd, String(file))
   try {
-    const text = readSecretFile(path)
+    const text = readSecretFileSync(path)
     if (text === '') problems.push(`${name} names an empty file`)
     else check(text)
   } catch (err) {
-    problems.push(`${name} cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
+    problems.push(`${name} ${(err as Error).message}`)
   }
   return { variable: name, file: path }
 }

@@ -1,6 +1,6 @@
 import { unwatchFile, watchFile } from 'node:fs'
+import { readSecretFile } from './secret-file.js'
 import type { Config, CredentialSource } from './types.js'
-import { readSecretFile } from './values.js'
 
 export interface Credentials {
   /** absent with client_credentials */
@@ -16,34 +16,39 @@ export interface Credentials {
 /** How often mounted secret files are checked for a change. */
 export const SECRET_FILE_POLL_MS = 1_000
 
+const NAMES = ['username', 'password', 'clientSecret', 'clientKey', 'clientAssertion'] as const
+
 /**
  * The service account's credentials. Values that come from files (mounted
- * Kubernetes secrets) are read again on every `read()`, so a rotated secret
- * is used at the next grant; `onChange` reports a change as soon as it is
- * seen. A file that disappears for a moment (the kubelet swaps a symlink)
- * keeps its last good value.
+ * Kubernetes secrets) are read again for every request to the auth server,
+ * so a rotated secret is used at the next one; `onChange` reports a change
+ * as soon as it is seen. Reads never hold up the event loop, and take
+ * regular files of bounded size only (secret-file.ts). A file that cannot
+ * be used (gone for a moment while the kubelet swaps a symlink, turned into
+ * something else, grown too large) keeps its last good value, and `warn` is
+ * told once, naming the variable and the file.
  */
 export class CredentialStore {
   readonly #sources: Config['credentials']
+  readonly #warn: (message: string) => void
   readonly #last = new Map<string, string>()
+  /** the problem last told for each file, until it is readable again */
+  readonly #told = new Map<string, string>()
   readonly #files: string[]
   #listener: (() => void) | undefined
 
-  constructor (sources: Config['credentials']) {
+  constructor (sources: Config['credentials'], warn: (message: string) => void) {
     this.#sources = sources
+    this.#warn = warn
     this.#files = Object.values(sources).flatMap((s: CredentialSource | undefined) => (s?.file ? [s.file] : []))
   }
 
-  /** Whether any credential comes from a file that can change. */
-  get fromFiles (): boolean {
-    return this.#files.length > 0
-  }
-
-  read (): Credentials {
+  /** The credentials as they are now. */
+  async read (): Promise<Credentials> {
     const creds: Credentials = {}
-    for (const name of ['username', 'password', 'clientSecret', 'clientKey', 'clientAssertion'] as const) {
+    for (const name of NAMES) {
       const source = this.#sources[name]
-      if (source !== undefined) creds[name] = this.#value(source)
+      if (source !== undefined) creds[name] = await this.#value(source)
     }
     return creds
   }
@@ -65,17 +70,26 @@ export class CredentialStore {
     this.#listener?.()
   }
 
-  #value (source: CredentialSource): string {
-    if (source.file === undefined) return source.value ?? ''
+  async #value (source: CredentialSource): Promise<string> {
+    const file = source.file
+    if (file === undefined) return source.value ?? ''
+    let problem: string
     try {
-      const value = readSecretFile(source.file)
+      const value = await readSecretFile(file)
       if (value !== '') {
-        this.#last.set(source.file, value)
+        this.#last.set(file, value)
+        this.#told.delete(file)
         return value
       }
-    } catch {
-      // fall through to the last good value
+      problem = 'is empty'
+    } catch (err) {
+      problem = (err as Error).message
     }
-    return this.#last.get(source.file) ?? ''
+    if (this.#told.get(file) !== problem) {
+      this.#told.set(file, problem)
+      const variable = source.variable.endsWith('_FILE') ? source.variable : `${source.variable}_FILE`
+      this.#warn(`${variable} (${file}) ${problem}: ${this.#last.has(file) ? 'keeping its last good value' : 'no good value was read from it yet'}`)
+    }
+    return this.#last.get(file) ?? ''
   }
 }

@@ -7,7 +7,7 @@ import type { ClientAuth, Config, DpopAlgorithm, LogLevel, PrimaryGrant } from '
 import { credentialSource, egressProxy, parseHttpUrl, plainWords, readDotenv, tokenParams, type Raw, type SchemaError } from './values.js'
 
 export type { ClientAuth, Config, CredentialSource, DpopAlgorithm, LogLevel, OAuth2Settings, PrimaryGrant } from './types.js'
-export { RESERVED_PARAMS, readSecretFile } from './values.js'
+export { RESERVED_PARAMS } from './values.js'
 
 /** Every problem with the configuration, reported together. */
 export class ConfigError extends Error {

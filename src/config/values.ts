@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { parseEnv } from 'node:util'
 import type { VariableName } from './schema.js'
+import { readSecretFileSync } from './secret-file.js'
 import type { Config, CredentialSource } from './types.js'
 
 /**
@@ -113,20 +114,15 @@ export function credentialSource (
   if (file !== undefined) {
     const path = resolve(cwd, String(file))
     try {
-      if (readSecretFile(path) === '') problems.push(`${fileName} names an empty file`)
+      if (readSecretFileSync(path) === '') problems.push(`${fileName} names an empty file`)
     } catch (err) {
-      problems.push(`${fileName} cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
+      problems.push(`${fileName} ${(err as Error).message}`)
     }
     return { variable: name, file: path }
   }
   if (value !== undefined) return { variable: name, value: String(value) }
   if (required) problems.push(`${name} (or ${fileName}) is required`)
   return undefined
-}
-
-/** A mounted secret's content, without the trailing newline editors add. */
-export function readSecretFile (path: string): string {
-  return readFileSync(path, 'utf8').replace(/[\r\n]+$/, '')
 }
 
 /** Whether a URL's user or password decodes (a stray `%` would throw wherever it is used). */

@@ -2,20 +2,28 @@ import { EventEmitter } from 'node:events'
 import type { Credentials } from '../config/credentials.js'
 import type { Authorization, Credential, CredentialEvents, LogoutResult, Verdict } from './credential.js'
 
+type Store = { read(): Promise<Credentials>, onChange?(listener: () => void): void }
+
 /** AUTH_MODE=basic: a fixed RFC 7617 header, rebuilt when a credential file changes. */
 export class BasicCredential implements Credential {
   readonly kind = 'basic'
   readonly events = new EventEmitter<CredentialEvents>()
-  readonly #credentials: { read(): Credentials, onChange?(listener: () => void): void }
+  readonly #credentials: Store
   #authorization: Authorization
 
-  constructor (credentials: { read(): Credentials, onChange?(listener: () => void): void }) {
+  private constructor (credentials: Store, first: Credentials) {
     this.#credentials = credentials
-    this.#authorization = build(credentials.read())
+    this.#authorization = build(first)
+  }
+
+  static async create (credentials: Store): Promise<BasicCredential> {
+    return new BasicCredential(credentials, await credentials.read())
   }
 
   start (): void {
-    this.#credentials.onChange?.(() => { this.#authorization = build(this.#credentials.read()) })
+    this.#credentials.onChange?.(() => {
+      this.#credentials.read().then((creds) => { this.#authorization = build(creds) }, () => {})
+    })
   }
 
   stop (): void {}

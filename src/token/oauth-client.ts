@@ -26,7 +26,7 @@ export interface OAuthClientOptions {
   client: ClientAuthenticator
   /** AUTH_SCOPE and AUTH_TOKEN_PARAMS, for every grant */
   extras: GrantExtras
-  credentials: { read(): Credentials }
+  credentials: { read(): Promise<Credentials> }
   http: AuthHttp
   /** longest wait for one request */
   timeoutMs: number
@@ -139,35 +139,39 @@ export class OAuthClient {
 
   /** The configured grant (password or client_credentials), with the credentials as they are now. */
   async primaryGrant (): Promise<TokenSet> {
-    if (this.grantType === 'client_credentials') return await this.#send('client_credentials', [])
-    const creds = this.#o.credentials.read()
-    this.#o.secrets.add(creds.password)
-    return await this.#send('password', [['username', creds.username ?? ''], ['password', creds.password ?? '']])
+    if (this.grantType === 'client_credentials') return await this.#send('client_credentials', () => [])
+    return await this.#send('password', (creds) => {
+      this.#o.secrets.add(creds.password)
+      return [['username', creds.username ?? ''], ['password', creds.password ?? '']]
+    })
   }
 
   /** The refresh grant. */
   async refreshGrant (refreshToken: string): Promise<TokenSet> {
-    return await this.#send('refresh_token', [['refresh_token', refreshToken]])
+    return await this.#send('refresh_token', () => [['refresh_token', refreshToken]])
   }
 
   /** The client's key as its assertions name it (private_key_jwt), for `check`. */
   async clientKey (): Promise<{ alg: string, kid: string } | undefined> {
-    return await this.#o.client.keyDescription(this.#o.credentials.read())
+    return await this.#o.client.keyDescription(await this.#o.credentials.read())
   }
 
-  async #send (grant: GrantType, own: Fields): Promise<TokenSet> {
-    const fields = grantFields(grant, own, this.#o.extras)
+  /** One grant, its fields made from the credentials as they are now. */
+  async #send (grant: GrantType, own: (creds: Credentials) => Fields): Promise<TokenSet> {
+    const creds = await this.#o.credentials.read()
+    this.#o.secrets.add(creds.clientSecret)
+    const fields = grantFields(grant, own(creds), this.#o.extras)
     try {
       let set: TokenSet
       try {
-        set = await this.#post(grant, this.#tokenUrl ?? '', fields)
+        set = await this.#post(grant, this.#tokenUrl ?? '', fields, creds)
       } catch (err) {
         const alternate = this.#alternateTokenUrl
         if (!(err instanceof GrantError) || err.kind !== 'wrong_url' || alternate === undefined || this.#stopped) throw err
         // Keycloak 17+ serves without /auth, older ones with it: the URL was
         // derived from AUTH_URL, so the other layout is tried, once.
         this.#alternateTokenUrl = undefined
-        set = await this.#post(grant, alternate, fields).catch((again: unknown) => {
+        set = await this.#post(grant, alternate, fields, creds).catch((again: unknown) => {
           // only a token endpoint judges a grant: 400 or 401 with an OAuth error
           const judged = again instanceof GrantError && again.kind === 'rejected' && (again.status === 400 || again.status === 401) && again.oauthError !== undefined
           if (!judged) throw err
@@ -196,10 +200,10 @@ export class OAuthClient {
    * DPoP mode a `use_dpop_nonce` answer is followed by one more try, the
    * proof then carrying the nonce the server sent; never a loop.
    */
-  async #post (grant: GrantType, url: string, fields: Fields): Promise<TokenSet> {
+  async #post (grant: GrantType, url: string, fields: Fields, creds: Credentials): Promise<TokenSet> {
     const as = this.#metadata(url)
     for (let attempt = 0; ; attempt++) {
-      const auth = await this.#authentication(url)
+      const auth = await this.#o.client.forRequest(creds, url)
       this.#o.log.debug({ event: 'token', grant, tokenUrl: url }, 'token request')
       const res = await this.request('token', this.#o.timeoutMs, async (signal) =>
         await oauth.genericTokenEndpointRequest(as, this.#client, auth, grant, fields, { ...this.#options(url, signal), ...(this.#dpop !== undefined && { DPoP: this.#dpop }) }))
@@ -284,12 +288,13 @@ export class OAuthClient {
   }
 
   /**
-   * The client's authentication for the next request, with the credentials
-   * as they are now; what is secret in it is known to the scrubber before
-   * anything is sent (a server that echoes the form or the header echoes it).
+   * The client's authentication for a request that is not a grant (the
+   * session's end), with the credentials as they are now; what is secret in
+   * it is known to the scrubber before anything is sent (a server that
+   * echoes the form or the header echoes it).
    */
   async #authentication (audience: string): Promise<oauth.ClientAuth> {
-    const creds = this.#o.credentials.read()
+    const creds = await this.#o.credentials.read()
     this.#o.secrets.add(creds.clientSecret)
     return await this.#o.client.forRequest(creds, audience)
   }

@@ -1,8 +1,10 @@
-import { writeFileSync } from 'node:fs'
+import { execFileSync } from 'node:child_process'
+import { rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { ConfigError, loadConfig } from '../../src/config/load.js'
 import { CredentialStore } from '../../src/config/credentials.js'
+import { MAX_SECRET_FILE_BYTES } from '../../src/config/secret-file.js'
 
 const minimal = {
   BASE_URL: 'https://api.internal/v2/',
@@ -117,15 +119,57 @@ t.test('*_FILE variables: read from files, trailing newline ignored, changes pic
     AUTH_PASSWORD_FILE: join(dir, 'pass'),
     AUTH_CLIENT_SECRET_FILE: join(dir, 'secret')
   }, { cwd: dir })
-  const store = new CredentialStore(c.credentials)
-  t.same(store.read(), { username: 'svc-from-file', password: 'pw-from-file', clientSecret: 'cs-from-file' })
+  const warnings: string[] = []
+  const store = new CredentialStore(c.credentials, (message) => warnings.push(message))
+  t.same(await store.read(), { username: 'svc-from-file', password: 'pw-from-file', clientSecret: 'cs-from-file' })
   writeFileSync(join(dir, 'pass'), 'rotated\n')
-  t.equal(store.read().password, 'rotated')
+  t.equal((await store.read()).password, 'rotated')
   writeFileSync(join(dir, 'pass'), '')
-  t.equal(store.read().password, 'rotated', 'an emptied file keeps the last good value')
+  t.equal((await store.read()).password, 'rotated', 'an emptied file keeps the last good value')
+  t.same(warnings, [`AUTH_PASSWORD_FILE (${join(dir, 'pass')}) is empty: keeping its last good value`])
 
   t.same(problems({ ...minimal, AUTH_PASSWORD: undefined, AUTH_PASSWORD_FILE: join(dir, 'missing') }), ['AUTH_PASSWORD_FILE cannot be read (ENOENT)'])
   t.same(problems({ ...minimal, AUTH_PASSWORD_FILE: join(dir, 'pass') }), ['AUTH_PASSWORD and AUTH_PASSWORD_FILE are both set; use one'])
+})
+
+t.test('credential files that are no regular file, or too large, are refused at start, naming the variable; nothing blocks', async (t) => {
+  const dir = t.testdir({ big: 'x'.repeat(MAX_SECRET_FILE_BYTES + 1), ok: 'pw' })
+  execFileSync('mkfifo', [join(dir, 'fifo')])
+  for (const [path, why] of [[join(dir, 'fifo'), 'is not a regular file'], ['/dev/zero', 'is not a regular file'], [dir, 'is not a regular file'], [join(dir, 'big'), 'is larger than 64 KiB']] as const) {
+    t.same(problems({ ...minimal, AUTH_PASSWORD: undefined, AUTH_PASSWORD_FILE: path }), [`AUTH_PASSWORD_FILE ${why}`], path)
+    t.same(problems({ ...minimal, AUTH_CLIENT_AUTH: 'private_key_jwt', AUTH_CLIENT_KEY_FILE: path }), [`AUTH_CLIENT_KEY_FILE ${why}`], path)
+  }
+})
+
+t.test('a credential file swapped for a FIFO, a device or a huge file while running: the last good value, a warning naming it, no blocked event loop', async (t) => {
+  const dir = t.testdir({ pass: 'good-password' })
+  const c = loadConfig({ ...minimal, AUTH_PASSWORD: undefined, AUTH_PASSWORD_FILE: join(dir, 'pass') }, { cwd: dir })
+  const warnings: string[] = []
+  const store = new CredentialStore(c.credentials, (message) => warnings.push(message))
+  t.equal((await store.read()).password, 'good-password')
+  let ticks = 0
+  const ticking = setInterval(() => { ticks++ }, 5)
+  t.teardown(() => clearInterval(ticking))
+  rmSync(join(dir, 'pass'))
+  execFileSync('mkfifo', [join(dir, 'pass')])
+  t.equal((await store.read()).password, 'good-password', 'a FIFO: the last good value')
+  rmSync(join(dir, 'pass'))
+  symlinkSync('/dev/zero', join(dir, 'pass'))
+  t.equal((await store.read()).password, 'good-password', '/dev/zero: the last good value')
+  rmSync(join(dir, 'pass'))
+  writeFileSync(join(dir, 'pass'), 'y'.repeat(10 * 1024 * 1024))
+  t.equal((await store.read()).password, 'good-password', '10 MB: the last good value')
+  rmSync(join(dir, 'pass'))
+  t.equal((await store.read()).password, 'good-password', 'gone: the last good value')
+  await new Promise((resolve) => setTimeout(resolve, 30))
+  t.ok(ticks > 0, 'the event loop went on')
+  t.same(warnings.map((w) => w.replace(join(dir, 'pass'), 'FILE')), [
+    'AUTH_PASSWORD_FILE (FILE) is not a regular file: keeping its last good value',
+    'AUTH_PASSWORD_FILE (FILE) is larger than 64 KiB: keeping its last good value',
+    'AUTH_PASSWORD_FILE (FILE) cannot be read (ENOENT): keeping its last good value'
+  ], 'one warning per problem, naming the variable and the file')
+  writeFileSync(join(dir, 'pass'), 'rotated')
+  t.equal((await store.read()).password, 'rotated', 'a good file again is used')
 })
 
 t.test('egress proxy variables are honoured in either case', async (t) => {

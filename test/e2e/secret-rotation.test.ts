@@ -1,4 +1,5 @@
-import { renameSync, writeFileSync } from 'node:fs'
+import { execFileSync } from 'node:child_process'
+import { renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { send, until } from '../helpers/build.js'
@@ -36,4 +37,28 @@ t.test('a rotated password file is used at once, cutting the rejected-credential
   t.equal(s.tokenServer.grants.at(-1)!.form.client_secret, 'client-secret-2')
   const output = s.run.stdout.join('\n')
   for (const secret of ['old-password', 'new-password', 'client-secret-1', 'client-secret-2']) t.notMatch(output, secret)
+})
+
+t.test('a password file swapped for a FIFO or /dev/zero: the last good password, a warning naming the file, probes answer, SIGTERM exits', async (t) => {
+  const dir = t.testdir({ password: 'service-password\n' })
+  const s = await startSidecar(t, { AUTH_PASSWORD: '', AUTH_PASSWORD_FILE: join(dir, 'password') }, { users: { 'service-user': 'service-password' }, accessTokenSeconds: 2 })
+  await until(() => s.tokenServer.grants.length === 1)
+  rmSync(join(dir, 'password'))
+  execFileSync('mkfifo', [join(dir, 'password')])
+  // the session ended: the next renewal needs the password
+  s.tokenServer.endSessions()
+  await until(() => s.tokenServer.grants.filter((g) => g.grantType === 'password').length === 2, 5_000)
+  t.equal(s.tokenServer.grants.at(-1)!.status, 200, 'the last good password was sent')
+  rmSync(join(dir, 'password'))
+  symlinkSync('/dev/zero', join(dir, 'password'))
+  s.tokenServer.endSessions()
+  await until(() => s.tokenServer.grants.filter((g) => g.grantType === 'password').length === 3, 5_000)
+  t.equal(s.tokenServer.grants.at(-1)!.status, 200)
+  t.equal((await send(`${s.adminUrl}/healthz`)).status, 200, 'the admin port answers')
+  t.equal((await send(`${s.proxyUrl}/_verify`)).status, 200, 'and the proxy')
+  const warnings = s.run.stdout.filter((l) => l.includes('"event":"credentials"'))
+  t.equal(warnings.length, 1, 'one warning: both are no regular file')
+  t.match(warnings[0], /AUTH_PASSWORD_FILE \(\S+password\) is not a regular file: keeping its last good value/)
+  s.run.child.kill('SIGTERM')
+  t.equal(await s.run.exited, 0)
 })

@@ -22,7 +22,7 @@ function client (options: { clientAuth?: 'client_secret_post' | 'client_secret_b
     clientId,
     client: new ClientAuthenticator({ clientId, clientAuth: options.clientAuth ?? 'client_secret_post', onSecret: () => {} }),
     extras,
-    credentials: { read: () => ({ username: 'svc', password: 'pw', clientSecret: options.secret ?? 's3cret' }) },
+    credentials: { read: async () => ({ username: 'svc', password: 'pw', clientSecret: options.secret ?? 's3cret' }) },
     http: endpoint.http,
     timeoutMs: 1_000,
     clock: systemClock,

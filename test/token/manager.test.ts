@@ -23,7 +23,7 @@ function setup (t: Test, random = 0.5) {
   const secrets = new SecretScrubber()
   let creds = { username: 'svc', password: PASSWORD, clientSecret: CLIENT_SECRET }
   let changed: (() => void) | undefined
-  const credentials = { read: () => creds, onChange: (l: () => void) => { changed = l } }
+  const credentials = { read: async () => creds, onChange: (l: () => void) => { changed = l } }
   const server = new OAuthClient({
     tokenUrl: 'http://auth.invalid/token',
     grantType: 'password',
@@ -538,7 +538,7 @@ t.test('private_key_jwt against a server that echoes the form: no assertion, sig
   const endpoint = new ScriptedEndpoint()
   const log = captureLogger()
   const secrets = new SecretScrubber()
-  const credentials = { read: () => ({ username: 'svc', password: PASSWORD, clientKey: key }), onChange: () => {} }
+  const credentials = { read: async () => ({ username: 'svc', password: PASSWORD, clientKey: key }), onChange: () => {} }
   endpoint.fallback = () => {
     const form = endpoint.calls.at(-1)!.form
     return keycloakError(400, 'invalid_client', `cannot use ${new URLSearchParams(form).toString()} / ${Object.values(form).join(' ')}`)

@@ -18,7 +18,7 @@ async function holding (t: Test, tokenUrl = TOKEN_URL): Promise<{ clock: FakeClo
   const clock = new FakeClock()
   const endpoint = new ScriptedEndpoint()
   const log = captureLogger()
-  const credentials = { read: () => ({ username: 'svc', password: 'pw' }), onChange: () => {} }
+  const credentials = { read: async () => ({ username: 'svc', password: 'pw' }), onChange: () => {} }
   const server = new OAuthClient({
     tokenUrl,
     grantType: 'password',
