@@ -49,7 +49,9 @@ export async function endSession (server: OAuthClient, held: HeldSession, timeou
   if (attempts.length === 0) {
     return refreshToken === undefined
       ? { outcome: 'skipped', detail: 'no session to end: no refresh token was issued and the server offers no revocation endpoint' }
-      : { outcome: 'skipped', detail: 'session left open: no end-session endpoint is known (the token URL does not end in /token; set AUTH_ISSUER_URL)' }
+      : derived
+        ? { outcome: 'skipped', detail: 'session left open: no end-session endpoint is known (the token URL does not end in /token; set AUTH_ISSUER_URL)' }
+        : { outcome: 'skipped', detail: 'session left open: discovery named no end-session or revocation endpoint on the issuer\'s or the token endpoint\'s origin' }
   }
 
   const deadline = clock.now() + timeoutMs

@@ -9,7 +9,7 @@ import t, { type Test } from 'tap'
 import { CHECK_EXIT, runCheck } from '../../src/check/run.js'
 import { TokenServer, type Fault, type TokenServerOptions } from '../../dev/token-server.js'
 import { dpopApi } from '../helpers/dpop-api.js'
-import { freePort, start } from '../helpers/process.js'
+import { freePort, start, untilToken } from '../helpers/process.js'
 import { FakeUpstream } from '../helpers/upstream.js'
 
 const PASSWORD = 'check-password-7a6b5c'
@@ -100,13 +100,23 @@ t.test('check: rejected credentials fail the grant step (exit 4), once, saying w
 })
 
 t.test('check: a token server echoing the form has it scrubbed from the output, its control characters neutralised', async (t) => {
-  const s = await servers(t, {}, [{ status: 400, body: JSON.stringify({ error: 'invalid_request', error_description: `got password=${PASSWORD}&client_secret=${SECRET}\u001b[2J\r\nok   grant: forged` }) }])
+  const s = await servers(t, {}, [{ status: 400, body: JSON.stringify({ error: 'invalid_request', error_description: `got password=${PASSWORD}&client_secret=${SECRET}\u001b[2J\r\nok   grant: forged \u202eliated` }) }])
   const { code, output, lines } = await check(s.env)
   t.equal(code, CHECK_EXIT.grant)
   noSecrets(t, output)
   t.match(output, /got password=\[redacted\]/)
   t.notMatch(output, /\u001b|\r/, 'no terminal control from what the server said')
+  t.notMatch(output, /[\u202a-\u202e\u2066-\u2069]/, 'no bidirectional control either: the terminal shows what was sent')
   t.equal(lines.length, 2, 'and no forged line')
+})
+
+t.test('check: a password the server echoes across the 200-character cut leaves no part of itself', async (t) => {
+  // the password straddles the 200th character of the description
+  const s = await servers(t, {}, [{ status: 401, body: JSON.stringify({ error: 'invalid_grant', error_description: `${'x'.repeat(190)} ${PASSWORD} and more` }) }])
+  const { code, output } = await check(s.env)
+  t.equal(code, CHECK_EXIT.grant)
+  for (let n = 4; n <= PASSWORD.length; n++) t.notOk(output.includes(PASSWORD.slice(0, n)), `not the first ${n} characters`)
+  t.match(output, /x{190}…/, 'the description is cut before the password\'s place')
 })
 
 t.test('check: a wrong token URL, an unreachable auth server, an untrusted certificate: each named', async (t) => {
@@ -155,6 +165,91 @@ t.test('check: an upstream that refuses the token, or cannot be reached, fails t
   const confined = await check(s.env, ['--path', '/a%00b'])
   t.equal(confined.code, CHECK_EXIT.upstream)
   t.match(confined.output, /the sidecar answered 400 bad_request/)
+})
+
+/** An upstream that answers every request with `answer(socket)`, byte for byte. */
+async function rawUpstream (t: Test, answer: (socket: import('node:net').Socket) => void): Promise<string> {
+  const server = createServer((socket) => {
+    socket.on('error', () => {})
+    socket.once('data', () => answer(socket))
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { server.close() })
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+}
+
+t.test('check against a hostile upstream: interim answers forever, a body dripped or endless: done within UPSTREAM_TIMEOUT_MS, memory bounded', async (t) => {
+  const s = await servers(t)
+  const hints = await rawUpstream(t, (socket) => {
+    const timer = setInterval(() => { if (!socket.destroyed) socket.write('HTTP/1.1 103 Early Hints\r\n\r\n') }, 300)
+    socket.on('close', () => clearInterval(timer))
+  })
+  const drip = await rawUpstream(t, (socket) => {
+    socket.write('HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n')
+    const timer = setInterval(() => { if (!socket.destroyed) socket.write('x') }, 300)
+    socket.on('close', () => clearInterval(timer))
+  })
+  const endless = await rawUpstream(t, (socket) => {
+    socket.write('HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n')
+    const chunk = `10000\r\n${'y'.repeat(0x10000)}\r\n`
+    const flood = (): void => {
+      while (!socket.destroyed && socket.write(chunk)) {}
+      if (!socket.destroyed) socket.once('drain', flood)
+    }
+    flood()
+  })
+  for (const [name, url, expected] of [['103s', hints, CHECK_EXIT.upstream], ['a dripped body', drip, CHECK_EXIT.ok], ['an endless body', endless, CHECK_EXIT.ok]] as const) {
+    const rss = process.memoryUsage().rss
+    const started = Date.now()
+    const { code, output } = await check({ ...s.env, BASE_URL: url, UPSTREAM_TIMEOUT_MS: '1500' })
+    t.equal(code, expected, `${name}: ${output.split('\n').at(-3)}`)
+    t.ok(Date.now() - started < 6_000, `${name}: done in ${Date.now() - started} ms`)
+    t.ok(process.memoryUsage().rss - rss < 100 * 1024 * 1024, `${name}: RSS grew ${Math.round((process.memoryUsage().rss - rss) / 1048576)} MB`)
+  }
+})
+
+t.test('check: an upstream that refuses the request itself (431, 413, 407) fails the upstream step', async (t) => {
+  const s = await servers(t)
+  for (const status of [431, 413, 407]) {
+    const { code, lines } = await check(s.env, ['--path', `/_status/${status}`])
+    t.equal(code, CHECK_EXIT.upstream, String(status))
+    t.match(lines.at(-2), new RegExp(`^FAIL upstream: GET \\S+ answered ${status} in \\d+ ms: reached, but it refuses the request itself`))
+  }
+})
+
+t.test('check: a DPoP-bound token while AUTH_DPOP is off fails the grant, and it is not sent as a bearer token', async (t) => {
+  const s = await servers(t, {}, [{ status: 200, body: JSON.stringify({ access_token: 'a.b.c', token_type: 'DPoP', expires_in: 300 }) }])
+  const { code, lines } = await check(s.env)
+  t.equal(code, CHECK_EXIT.grant)
+  t.match(lines.at(-1), /^FAIL grant: the token endpoint answered with a DPoP-bound token, which only works with its proof: set AUTH_DPOP=true/)
+  t.equal(s.upstream.received.length, 0)
+})
+
+t.test('check and shutdown: an end-session or revocation endpoint discovered on another origin is not sent anything', async (t) => {
+  const s = await servers(t)
+  const collected: string[] = []
+  const collector = createHttpServer((req, res) => { collected.push(req.url ?? ''); req.resume(); res.end() })
+  await new Promise<void>((resolve) => collector.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { collector.close() })
+  const elsewhere = `http://127.0.0.1:${(collector.address() as AddressInfo).port}`
+  // an issuer whose document names the real token endpoint, and end-session and revocation on the collector
+  const issuer = createHttpServer((_req, res) => {
+    const self = `http://127.0.0.1:${(issuer.address() as AddressInfo).port}`
+    res.setHeader('content-type', 'application/json')
+    res.end(JSON.stringify({ issuer: self, token_endpoint: s.tokenServer.tokenUrl, end_session_endpoint: `${elsewhere}/logout`, revocation_endpoint: `${elsewhere}/revoke` }))
+  })
+  await new Promise<void>((resolve) => issuer.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { issuer.close() })
+  const env = { ...s.env, AUTH_URL: '', AUTH_ISSUER_URL: `http://127.0.0.1:${(issuer.address() as AddressInfo).port}` }
+  const { lines } = await check(env)
+  t.match(lines[1], /end_session_endpoint http:\/\/127\.0\.0\.1:\d+\/logout is on another origin than the issuer and the token endpoint: not used/)
+  t.match(lines.at(-1), /^skip session: session left open: discovery named no end-session or revocation endpoint on the issuer's or the token endpoint's origin$/)
+  const sidecar = start({ ...env, PROXY_PORT: '0', ADMIN_PORT: '0', ADMIN_HOST: '127.0.0.1' }, t.testdir({}))
+  await untilToken(sidecar)
+  sidecar.child.kill('SIGTERM')
+  t.equal(await sidecar.exited, 0)
+  t.match(sidecar.stdout.join('\n'), /"event":"discovery".*end_session_endpoint http:\/\/127\.0\.0\.1:\d+\/logout is on another origin/, 'the sidecar warns of it too')
+  t.same(collected, [], 'the collector got nothing, from check or from the sidecar\'s shutdown')
 })
 
 t.test('check: a configuration error is exit 1 with every problem; bad arguments exit 2', async (t) => {

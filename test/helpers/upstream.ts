@@ -43,6 +43,8 @@ export class FakeUpstream {
   maxInFlight = 0
   /** Authorization headers answered 401 whatever the path */
   readonly rejectTokens = new Set<string>()
+  /** connections opened to it so far */
+  connections = 0
 
   constructor (readonly tokens?: TokenServer) {
     this.server = createServer((req, res) => {
@@ -145,6 +147,7 @@ export class FakeUpstream {
   }
 
   async listen (): Promise<string> {
+    this.server.on('connection', () => { this.connections++ })
     await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve))
     return this.url
   }

@@ -128,10 +128,33 @@ t.test('clients that leave: their queued requests never reach the upstream, thos
   t.equal(h.upstream.inFlight, 0, 'the four in flight were aborted, their connections closed')
   await new Promise((resolve) => setTimeout(resolve, 1_000))
   t.equal(h.upstream.received.length, 4, 'none of the 96 queued ones was sent, and nothing was sent again')
+  // undici replaces each connection it closed to abort a request in flight, for that dead request: at most 4 more
+  t.ok(h.upstream.connections <= 8, `and no connection was opened for them (${h.upstream.connections} in all)`)
   const failures = h.log.records().filter((r) => r.msg === 'upstream request failed')
   t.same(failures, [], 'not logged as the upstream\'s failure')
   t.equal(await metric(h.adminUrl, 'auth_sidecar_upstream_errors_total{reason="reset"}'), 0)
   t.equal((await send(`${h.proxyUrl}/after`)).status, 200, 'the pool serves the next client')
+})
+
+t.test('300 clients that leave together, a slow upstream, 128 connections: the 128 in flight aborted, none of the 172 queued sent, no connection opened for them', async (t) => {
+  const h = await build(t, { UPSTREAM_TIMEOUT_MS: '30000' })
+  await until(() => h.app.credential.ready())
+  const clients = Array.from({ length: 300 }, (_, i) => {
+    const req = httpRequest(`${h.proxyUrl}/_slow/60000?${i}`, { agent: false })
+    req.on('error', () => {})
+    req.end()
+    return req
+  })
+  await until(() => h.upstream.received.length === 128, 10_000)
+  // the others are read and queued by now
+  await new Promise((resolve) => setTimeout(resolve, 500))
+  for (const req of clients) req.destroy()
+  await until(() => h.upstream.inFlight === 0, 3_000).catch(() => {})
+  await new Promise((resolve) => setTimeout(resolve, 500))
+  t.equal(h.upstream.inFlight, 0, 'the 128 in flight were aborted')
+  t.equal(h.upstream.received.length, 128, 'none of the queued ones was sent')
+  // undici replaces each connection it closed to abort a request in flight, for that dead request: at most 128 more
+  t.ok(h.upstream.connections <= 256, `and no connection was opened for them (${h.upstream.connections} in all)`)
 })
 
 /** Every line logged, raw: no stack trace may be in any. */
@@ -167,4 +190,39 @@ t.test('a client that stops in the middle of an upload: its own 499, not counted
   t.same(h.log.records().filter((r) => (r.level as number) >= 40).map((r) => r.msg), [], 'no warning: nothing failed on the upstream side')
   t.equal(await metric(h.adminUrl, 'auth_sidecar_upstream_errors_total{reason="reset"}'), 0)
   t.same(stackIn(h.log.lines), [], 'no stack trace')
+})
+
+t.test('interim answers do not extend UPSTREAM_TIMEOUT_MS: 103s every half second and never a final status give 504 in time', async (t) => {
+  const up = await rawUpstream(t, (_head, socket) => {
+    const timer = setInterval(() => { if (!socket.destroyed) socket.write('HTTP/1.1 103 Early Hints\r\nlink: </a.css>; rel=preload\r\n\r\n') }, 500)
+    socket.on('close', () => clearInterval(timer))
+  })
+  const h = await build(t, { BASE_URL: up.url, UPSTREAM_TIMEOUT_MS: '1200' })
+  await until(() => h.app.credential.ready())
+  const started = Date.now()
+  const res = await send(`${h.proxyUrl}/hints`)
+  t.equal(res.status, 504)
+  t.ok(Date.now() - started < 2_500, `answered after ${Date.now() - started} ms against a timeout of 1200`)
+  t.equal(await metric(h.adminUrl, 'auth_sidecar_upstream_errors_total{reason="timeout"}'), 1)
+})
+
+t.test('an endless stream of 102s is cut after a few: 502 at once, the CPU spared', async (t) => {
+  const up = await rawUpstream(t, (_head, socket) => {
+    const flood = (): void => {
+      while (!socket.destroyed && socket.write('HTTP/1.1 102 Processing\r\n\r\n')) {}
+      if (!socket.destroyed) socket.once('drain', flood)
+    }
+    flood()
+  })
+  const h = await build(t, { BASE_URL: up.url, UPSTREAM_TIMEOUT_MS: '10000' })
+  await until(() => h.app.credential.ready())
+  const cpu = process.cpuUsage()
+  const started = Date.now()
+  const res = await send(`${h.proxyUrl}/processing`)
+  t.equal(res.status, 502)
+  t.ok(Date.now() - started < 1_000, `answered after ${Date.now() - started} ms`)
+  const used = process.cpuUsage(cpu)
+  t.ok((used.user + used.system) / 1000 < 1_000, `${Math.round((used.user + used.system) / 1000)} ms of CPU`)
+  t.ok(h.log.records().some((r) => r.upstreamError === 'AUTH_SIDECAR_INTERIM_FLOOD'), 'the log says why')
+  t.equal((await send(`${h.proxyUrl}/fine`)).status, 502, 'that upstream still floods: the next one too, no hang')
 })

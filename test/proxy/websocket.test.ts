@@ -309,3 +309,77 @@ t.test('when the client side of a handshake fails after the upstream\'s succeede
   await until(() => up.wss.clients.size === 0, 2_000).catch(() => {})
   t.equal(up.wss.clients.size, 0, 'the upstream WebSocket was closed')
 })
+
+t.test('upgrades meet the ordinary request\'s guard: two Host headers, a Connection naming host, content-length or transfer-encoding, TRACE or POST: refused, nothing upstream', async (t) => {
+  const up = await wsUpstream(t)
+  const h = await build(t, { BASE_URL: up.url })
+  await until(() => h.app.credential.ready())
+  const key = 'Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n'
+  const cases: Array<[string, string, number]> = [
+    ['two Host headers', `GET /x HTTP/1.1\r\nHost: x\r\nHost: evil.example\r\nConnection: Upgrade\r\n${key}\r\n`, 400],
+    ['Connection naming host', `GET /x HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, host\r\n${key}\r\n`, 400],
+    ['Connection naming content-length', `GET /x HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, content-length\r\n${key}\r\n`, 400],
+    ['Connection naming transfer-encoding', `GET /x HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, Transfer-Encoding\r\n${key}\r\n`, 400],
+    ['TRACE', `TRACE /x HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n${key}\r\n`, 405],
+    ['POST', `POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: Upgrade\r\n${key}\r\n`, 400]
+  ]
+  for (const [name, text, status] of cases) {
+    const raw = await rawRequest(h.proxyPort, text)
+    t.equal(statusOf(raw), status, name)
+    t.match(raw, /"error":"(bad_request|method_not_allowed)"/, `${name}: the sidecar's JSON`)
+  }
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  t.equal(up.handshakes.length, 0, 'no handshake reached the upstream')
+  t.same(h.log.records().filter((r) => r.msg === 'request').map((r) => r.status), cases.map(([, , status]) => status), 'each has its access line')
+})
+
+t.test('handshakes count against PROXY_MAX_REQUESTS: beyond it 503 overloaded, never sent upstream', async (t) => {
+  const { createServer: createNetServer } = await import('node:net')
+  let connections = 0
+  const silent = createNetServer((socket) => { connections++; socket.on('error', () => {}); socket.resume() })
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => { silent.close(() => resolve()) }))
+  const h = await build(t, { BASE_URL: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, PROXY_MAX_REQUESTS: '5', UPSTREAM_TIMEOUT_MS: '3000' })
+  await until(() => h.app.credential.ready())
+  const answers = await Promise.all(Array.from({ length: 200 }, async () => statusOf(await rawRequest(h.proxyPort, `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}\r\n`, 6_000))))
+  t.equal(answers.filter((s) => s === 503).length, 195, 'all but five refused at once')
+  t.equal(answers.filter((s) => s === 504).length, 5, 'five waited for the silent upstream, until UPSTREAM_TIMEOUT_MS')
+  t.equal(connections, 5, 'five upstream connections')
+  t.equal((await fetch(`${h.adminUrl}/healthz`)).status, 200)
+})
+
+t.test('interim answers and a handshake answered a byte at a time: 504 at UPSTREAM_TIMEOUT_MS', async (t) => {
+  const { createServer: createNetServer } = await import('node:net')
+  const drip = createNetServer((socket) => {
+    socket.on('error', () => {})
+    socket.once('data', () => {
+      const answer = 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n'
+      let i = 0
+      const timer = setInterval(() => { if (i < answer.length && !socket.destroyed) socket.write(answer[i++]!); else clearInterval(timer) }, 200)
+      socket.on('close', () => clearInterval(timer))
+    })
+  })
+  await new Promise<void>((resolve) => drip.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => { drip.close(() => resolve()) }))
+  const h = await build(t, { BASE_URL: `http://127.0.0.1:${(drip.address() as AddressInfo).port}`, UPSTREAM_TIMEOUT_MS: '1000' })
+  await until(() => h.app.credential.ready())
+  const started = Date.now()
+  t.equal(statusOf(await rawRequest(h.proxyPort, `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}\r\n`, 10_000)), 504)
+  t.ok(Date.now() - started < 2_000, `answered after ${Date.now() - started} ms, against a timeout of 1000`)
+})
+
+t.test('a handshake answered with a status outside 200-599: 502, and no such status in the metrics', async (t) => {
+  const { createServer: createNetServer } = await import('node:net')
+  const odd = createNetServer((socket) => {
+    socket.on('error', () => {})
+    socket.once('data', () => socket.end('HTTP/1.1 777 Odd\r\ncontent-length: 0\r\n\r\n'))
+  })
+  await new Promise<void>((resolve) => odd.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => { odd.close(() => resolve()) }))
+  const h = await build(t, { BASE_URL: `http://127.0.0.1:${(odd.address() as AddressInfo).port}` })
+  await until(() => h.app.credential.ready())
+  t.equal(statusOf(await rawRequest(h.proxyPort, `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}\r\n`)), 502)
+  const metrics = await (await fetch(`${h.adminUrl}/metrics`)).text()
+  t.notMatch(metrics, /status="777"/)
+  t.match(metrics, /auth_sidecar_proxy_request_duration_seconds_count\{status="502"\} 1/)
+})
