@@ -1,5 +1,5 @@
-import type { ServerResponse } from 'node:http'
-import type { Readable } from 'node:stream'
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
+import { Readable } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { errors, type Dispatcher } from 'undici'
 import type { Authorization } from '../token/credential.js'
@@ -34,7 +34,8 @@ export class InterimFloodError extends Error {
 }
 
 /**
- * One HTTP request through a route to its upstream, on undici's request API:
+ * One HTTP request through a route to its upstream, as a handler of
+ * undici's dispatcher (its current interface):
  * - it waits for a free place in the upstream pool (UpstreamSlots); its
  *   client's departure, or UPSTREAM_TIMEOUT_MS counted from its arrival to
  *   the upstream's final status (interim 1xx answers do not restart it),
@@ -46,26 +47,37 @@ export class InterimFloodError extends Error {
  * - every answer is reported to the credential; after a 401 a request
  *   without a body is sent once more when it says so (with a new token, or
  *   the nonce the upstream asked for);
- * - failures are the sidecar's JSON 502 or 504, never internal detail.
+ * - the answer is streamed to the client with backpressure; failures are
+ *   the sidecar's JSON 502 or 504, never internal detail.
  */
 export function forward (request: FastifyRequest, reply: FastifyReply, o: ProxyContext): void {
   new Exchange(request, reply, o).start()
 }
 
-class Exchange {
+class Exchange implements Dispatcher.DispatchHandler {
   readonly #request: FastifyRequest
   readonly #reply: FastifyReply
   readonly #o: ProxyContext
-  readonly #abort = new AbortController()
   readonly #method: string
   /** the upstream path without the query, and the query */
   readonly #path: string
   readonly #query: string
   readonly #body: Readable | undefined
+  #authorization: Authorization
   #deadline: NodeJS.Timeout | undefined
-  #unwatch: () => void = () => {}
-  #release: Release = () => {}
+  #unwatch: () => void = noop
+  #leaveQueue: (() => void) | undefined
+  #release: Release = noop
+  /** the attempt under way: undici's control of it, once it has a connection */
+  #controller: Dispatcher.DispatchController | undefined
+  /** why the exchange was given up, once it was */
+  #abandoned: Error | undefined
+  #attempt = 0
+  #replayed = false
   #interim = 0
+  /** the answer's body, once the upstream's final status came */
+  #answer: UpstreamBody | undefined
+  #over = false
 
   constructor (request: FastifyRequest, reply: FastifyReply, o: ProxyContext) {
     this.#request = request
@@ -77,114 +89,200 @@ class Exchange {
     this.#path = o.route.basePath + routePath(q === -1 ? url : url.slice(0, q), o.route.prefix)
     this.#query = q === -1 ? '' : url.slice(q)
     this.#body = request.body as Readable | undefined
+    this.#authorization = request.sidecarAuthorization!
   }
 
   start (): void {
     this.#arm()
-    this.#unwatch = this.#o.admission.onDeparture(this.#request, () => this.#abort.abort(new ClientGoneError()))
-    this.#o.slots.acquire(this.#abort.signal)
-      .then(async (release) => {
-        this.#release = release
-        await this.#send(this.#request.sidecarAuthorization!)
-      })
-      .catch((err: unknown) => this.#failed(err))
-      .finally(() => {
-        clearTimeout(this.#deadline)
-        this.#unwatch()
-      })
+    this.#unwatch = this.#o.admission.onDeparture(this.#request, () => this.#abandon(new ClientGoneError()))
+    const release = this.#o.slots.take()
+    if (release !== undefined) return this.#send(release)
+    this.#leaveQueue = this.#o.slots.wait((granted) => {
+      this.#leaveQueue = undefined
+      this.#send(granted)
+    })
   }
 
   /** UPSTREAM_TIMEOUT_MS until the final status. */
   #arm (): void {
-    this.#deadline = setTimeout(() => this.#abort.abort(new errors.HeadersTimeoutError()), this.#o.route.timeoutMs)
+    this.#deadline = setTimeout(() => this.#abandon(new errors.HeadersTimeoutError()), this.#o.route.timeoutMs)
   }
 
-  async #send (authorization: Authorization, replayed = false): Promise<void> {
-    const res = await this.#dispatch(authorization)
-    clearTimeout(this.#deadline)
-    const verdict = this.#o.credential.answered(authorization, res.statusCode, res.headers['www-authenticate'], res.headers['dpop-nonce'])
-    if (res.statusCode !== 401 || verdict === 'relay' || replayed || this.#body !== undefined) return this.#relay(res)
-    await res.body.dump()
-    let next = authorization
-    if (verdict === 'renewed') {
-      try {
-        next = await this.#o.credential.authorize()
-      } catch (err) {
-        this.#release()
-        return sendTokenUnavailable(this.#reply, err)
-      }
-    }
-    this.#arm()
-    await this.#send(next, true)
+  #send (release: Release): void {
+    this.#release = release
+    this.#dispatch()
   }
 
-  /** One request upstream; a stale pooled socket is tried once more when that is safe. */
-  async #dispatch (authorization: Authorization): Promise<Dispatcher.ResponseData> {
+  #dispatch (): void {
     const { route } = this.#o
-    const options = (): Dispatcher.RequestOptions => ({
-      origin: route.origin,
-      path: this.#path + this.#query,
-      method: this.#method as Dispatcher.HttpMethod,
-      headers: forwardedHeaders(this.#request.raw.rawHeaders, {
-        authorization: authorization.header,
-        dpop: authorization.prove?.(this.#method, route.origin + this.#path),
-        host: route.host,
-        requestId: this.#request.id,
-        clientIp: this.#request.raw.socket.remoteAddress,
-        withoutBody: this.#body === undefined,
-        handshake: false
-      }),
-      body: this.#body ?? null,
-      signal: this.#abort.signal,
-      onInfo: () => { if (++this.#interim > MAX_INTERIM_ANSWERS) this.#abort.abort(new InterimFloodError()) }
-    })
+    this.#controller = undefined
     try {
-      return await this.#o.dispatcher.request(options())
+      this.#o.dispatcher.dispatch({
+        origin: route.origin,
+        path: this.#path + this.#query,
+        method: this.#method as Dispatcher.HttpMethod,
+        headers: forwardedHeaders(this.#request.raw.rawHeaders, {
+          authorization: this.#authorization.header,
+          dpop: this.#authorization.prove?.(this.#method, route.origin + this.#path),
+          host: route.host,
+          requestId: this.#request.id,
+          clientIp: this.#request.raw.socket.remoteAddress,
+          withoutBody: this.#body === undefined,
+          handshake: false
+        }),
+        body: this.#body ?? null
+      }, this)
     } catch (err) {
-      const code = (err as { code?: string }).code ?? ''
-      if (this.#abort.signal.aborted || !STALE_SOCKET_ERRORS.has(code) || !RETRYABLE_METHODS.has(this.#method) || this.#body !== undefined) throw err
-      return await this.#o.dispatcher.request(options())
+      this.#failed(err)
     }
+  }
+
+  /** The client left, or the time is up: out of the queue, or the attempt aborted. */
+  #abandon (reason: Error): void {
+    if (this.#abandoned !== undefined || this.#answer !== undefined) return
+    this.#abandoned = reason
+    if (this.#leaveQueue !== undefined) {
+      this.#leaveQueue()
+      this.#leaveQueue = undefined
+      return this.#failed(reason)
+    }
+    // still connecting: aborted when undici starts it
+    if (this.#controller === undefined) return this.#failed(reason)
+    // between an answered 401 and its replay: the replay does not go
+    if (this.#replayed && this.#controller.aborted) return
+    this.#controller.abort(reason)
+  }
+
+  onRequestStart (controller: Dispatcher.DispatchController): void {
+    this.#controller = controller
+    if (this.#abandoned !== undefined) controller.abort(this.#abandoned)
+  }
+
+  onResponseStart (controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+    if (statusCode < 200 && statusCode > 0) {
+      if (++this.#interim > MAX_INTERIM_ANSWERS) controller.abort(new InterimFloodError())
+      return
+    }
+    clearTimeout(this.#deadline)
+    const verdict = this.#o.credential.answered(this.#authorization, statusCode, headers['www-authenticate'], headers['dpop-nonce'])
+    if (statusCode === 401 && verdict !== 'relay' && !this.#replayed && this.#body === undefined) {
+      this.#replayed = true
+      // the 401's body is not wanted; its connection goes with it
+      controller.abort(new ReplayedError())
+      if (verdict === 'replay') return this.#again()
+      this.#o.credential.authorize().then((next) => {
+        this.#authorization = next
+        this.#again()
+      }, (err: unknown) => {
+        this.#finish()
+        sendTokenUnavailable(this.#reply, err)
+      })
+      return
+    }
+    this.#relay(controller, statusCode, headers)
+  }
+
+  /** A replay: a fresh proof (it carries the nonce now), within a new UPSTREAM_TIMEOUT_MS. */
+  #again (): void {
+    if (this.#abandoned !== undefined) return this.#failed(this.#abandoned)
+    this.#arm()
+    this.#dispatch()
+  }
+
+  onResponseData (controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.#answer?.push(chunk) === false) controller.pause()
+  }
+
+  onResponseEnd (): void {
+    this.#answer?.push(null)
+    this.#finish()
+  }
+
+  onResponseError (_controller: Dispatcher.DispatchController, err: Error): void {
+    if (err instanceof ReplayedError) return
+    const answer = this.#answer
+    if (answer === undefined) {
+      // a stale pooled socket, once, for a request that can be sent again as it is
+      const code = (err as { code?: string }).code ?? ''
+      if (this.#attempt++ === 0 && this.#abandoned === undefined && STALE_SOCKET_ERRORS.has(code) && RETRYABLE_METHODS.has(this.#method) && this.#body === undefined) {
+        return this.#dispatch()
+      }
+      return this.#failed(this.#abandoned ?? err)
+    }
+    this.#finish()
+    // the client may have left first, which aborted this answer
+    if (!isClientGone(this.#reply.raw) && this.#abandoned === undefined) {
+      // once the client has the upstream's status, the failure can only cut the body
+      this.#request.sidecarUpstreamFailed = this.#reply.raw.headersSent
+      const failure = upstreamFailure(err)
+      this.#o.log.warn({ requestId: this.#request.id, route: this.#o.route.name, upstreamError: failure.code }, 'upstream closed the connection in the middle of its answer')
+      // UPSTREAM_IDLE_TIMEOUT_MS: the upstream fell silent
+      this.#o.events.emit('upstream_error', { route: this.#o.route.name, reason: failure.code === 'UND_ERR_BODY_TIMEOUT' ? 'timeout' : 'reset', code: failure.code })
+    }
+    answer.destroy(err)
   }
 
   /** The upstream's answer to the client: its status, headers and body, streamed. */
-  #relay (res: Dispatcher.ResponseData): void {
+  #relay (controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
     const request = this.#request
     const reply = this.#reply
-    const { route, log, events } = this.#o
-    res.body.once('close', this.#release)
-    if (res.statusCode < 200 || res.statusCode > 599) {
-      res.body.on('error', () => {}).destroy()
-      log.warn({ requestId: request.id, route: route.name, upstreamStatus: res.statusCode }, 'upstream answered with an invalid status')
-      events.emit('upstream_error', { route: route.name, reason: 'unreachable', code: 'invalid_status' })
+    if (statusCode < 200 || statusCode > 599) {
+      controller.abort(new ReplayedError())
+      this.#finish()
+      this.#o.log.warn({ requestId: request.id, route: this.#o.route.name, upstreamStatus: statusCode }, 'upstream answered with an invalid status')
+      this.#o.events.emit('upstream_error', { route: this.#o.route.name, reason: 'unreachable', code: 'invalid_status' })
       return sendError(reply, 'upstream_unreachable')
     }
-    res.body.once('error', (err: Error & { code?: string }) => {
-      // the client may have left first, which destroys this stream too
-      if (isClientGone(reply.raw)) return
-      // once the client has the upstream's status, the failure can only cut the body
-      request.sidecarUpstreamFailed = reply.raw.headersSent
-      log.warn({ requestId: request.id, route: route.name, upstreamError: err.code ?? err.name }, 'upstream closed the connection in the middle of its answer')
-      // UPSTREAM_IDLE_TIMEOUT_MS: the upstream fell silent
-      events.emit('upstream_error', { route: route.name, reason: err.code === 'UND_ERR_BODY_TIMEOUT' ? 'timeout' : 'reset', code: err.code ?? err.name })
-    })
-    reply.code(res.statusCode)
-    reply.headers(relayedResponseHeaders(res.headers, request.id))
-    reply.send(res.body)
+    this.#unwatch()
+    const answer = this.#answer = new UpstreamBody(controller)
+    reply.code(statusCode)
+    reply.headers(relayedResponseHeaders(headers, request.id))
+    reply.send(answer)
     // Fastify writes the headers with the first chunk of the body: an
     // event stream's client would wait for its first event to see them.
-    if (String(res.headers['content-type']).startsWith('text/event-stream')) reply.raw.flushHeaders()
+    if (String(headers['content-type']).startsWith('text/event-stream')) reply.raw.flushHeaders()
   }
 
   /** A failure before the upstream's answer began: the sidecar's 502 or 504, or nothing when the client has gone. */
   #failed (err: unknown): void {
-    this.#release()
-    const cause = this.#abort.signal.aborted ? this.#abort.signal.reason as unknown : err
-    if (cause instanceof ClientGoneError || isClientGone(this.#reply.raw)) return
-    const failure = upstreamFailure(cause)
+    if (this.#over) return
+    this.#finish()
+    if (err instanceof ClientGoneError || isClientGone(this.#reply.raw)) return
+    const failure = upstreamFailure(err)
     this.#o.log.warn({ requestId: this.#request.id, route: this.#o.route.name, upstreamError: failure.code }, 'upstream request failed')
     this.#o.events.emit('upstream_error', { route: this.#o.route.name, ...failure })
     sendError(this.#reply, failure.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable')
+  }
+
+  /** The exchange with the upstream is over: its place in the pool given back. */
+  #finish (): void {
+    this.#over = true
+    clearTimeout(this.#deadline)
+    this.#unwatch()
+    this.#release()
+  }
+}
+
+/** An attempt the sidecar ends itself (to send it again, or an answer it will not relay). */
+class ReplayedError extends Error {}
+
+/** An upstream answer's body as the client's reply streams it: read on demand, its end or its abort undici's. */
+class UpstreamBody extends Readable {
+  readonly #controller: Dispatcher.DispatchController
+
+  constructor (controller: Dispatcher.DispatchController) {
+    super()
+    this.#controller = controller
+  }
+
+  override _read (): void {
+    this.#controller.resume()
+  }
+
+  override _destroy (err: Error | null, callback: (err?: Error | null) => void): void {
+    // the client went before the end: the upstream request goes too
+    if (!this.readableEnded && !this.#controller.aborted) this.#controller.abort(err ?? new ClientGoneError())
+    callback(err)
   }
 }
 
@@ -198,3 +296,5 @@ export function routePath (path: string, prefix: string): string {
 export function isClientGone (res: ServerResponse): boolean {
   return res.destroyed && !res.writableFinished
 }
+
+function noop (): void {}

@@ -1,13 +1,6 @@
 /** Gives a place back; calling it again does nothing. */
 export type Release = () => void
 
-interface Waiting {
-  resolve: (release: Release) => void
-  reject: (reason: unknown) => void
-  signal: AbortSignal
-  onAbort: () => void
-}
-
 /**
  * At most `size` exchanges with the upstream at once (UPSTREAM_CONNECTIONS):
  * the others wait here, in order of arrival, rather than in undici's pool,
@@ -16,32 +9,23 @@ interface Waiting {
  */
 export class UpstreamSlots {
   #free: number
-  readonly #queue = new Set<Waiting>()
+  readonly #queue = new Set<(release: Release) => void>()
 
   constructor (size: number) {
     this.#free = size
   }
 
-  /** A place, once one is free; rejects with the signal's reason should it abort first. */
-  acquire (signal: AbortSignal): Promise<Release> {
-    if (signal.aborted) return Promise.reject(signal.reason)
-    if (this.#free > 0) {
-      this.#free--
-      return Promise.resolve(this.#release())
-    }
-    return new Promise((resolve, reject) => {
-      const waiting: Waiting = {
-        resolve,
-        reject,
-        signal,
-        onAbort: () => {
-          this.#queue.delete(waiting)
-          reject(signal.reason)
-        }
-      }
-      signal.addEventListener('abort', waiting.onAbort, { once: true })
-      this.#queue.add(waiting)
-    })
+  /** A place now, or undefined when none is free. */
+  take (): Release | undefined {
+    if (this.#free === 0) return undefined
+    this.#free--
+    return this.#release()
+  }
+
+  /** Waits for a place, in order; returns what leaves the queue before one is given. */
+  wait (granted: (release: Release) => void): () => void {
+    this.#queue.add(granted)
+    return () => { this.#queue.delete(granted) }
   }
 
   #release (): Release {
@@ -54,10 +38,8 @@ export class UpstreamSlots {
         this.#free++
         return
       }
-      const waiting = next.value
-      this.#queue.delete(waiting)
-      waiting.signal.removeEventListener('abort', waiting.onAbort)
-      waiting.resolve(this.#release())
+      this.#queue.delete(next.value)
+      next.value(this.#release())
     }
   }
 }

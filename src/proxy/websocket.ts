@@ -97,10 +97,12 @@ class Handshake {
   readonly #o: ProxyContext
   readonly #egress: WebSocketEgress
   readonly #live: Set<{ close(): void }>
-  readonly #abort = new AbortController()
   readonly #deadline: NodeJS.Timeout
   #release: () => void = () => {}
   #unwatch: () => void = () => {}
+  #leaveQueue: (() => void) | undefined
+  /** why the handshake was given up: its client left, or its time is up */
+  #givenUp: Error | undefined
   /** the latest upstream handshake */
   #upstream: WebSocket | undefined
   #settled = false
@@ -112,26 +114,34 @@ class Handshake {
     this.#egress = egress
     this.#live = live
     // a hard deadline: an upstream that answers a byte at a time does not extend it
-    this.#deadline = setTimeout(() => this.#abort.abort(new HandshakeTimeoutError()), o.route.timeoutMs)
+    this.#deadline = setTimeout(() => this.#giveUp(new HandshakeTimeoutError()), o.route.timeoutMs)
   }
 
   start (): void {
     // on shutdown, a handshake still under way is cut with its connection
     const cut = { close: () => this.#request.raw.socket.destroy() }
     this.#live.add(cut)
-    const unwatch = this.#o.admission.onDeparture(this.#request, () => this.#abort.abort(new ClientGoneError()))
+    const unwatch = this.#o.admission.onDeparture(this.#request, () => this.#giveUp(new ClientGoneError()))
     this.#unwatch = () => {
       this.#live.delete(cut)
       unwatch()
     }
-    this.#abort.signal.addEventListener('abort', () => {
-      this.#upstream?.terminate()
-      this.#fail(this.#abort.signal.reason)
-    }, { once: true })
-    this.#o.slots.acquire(this.#abort.signal).then((release) => {
+    const granted = (release: () => void): void => {
+      this.#leaveQueue = undefined
       this.#release = release
       this.#connect(this.#request.sidecarAuthorization!, false)
-    }, (err: unknown) => this.#fail(err))
+    }
+    const release = this.#o.slots.take()
+    if (release !== undefined) granted(release)
+    else this.#leaveQueue = this.#o.slots.wait(granted)
+  }
+
+  #giveUp (reason: Error): void {
+    if (this.#settled) return
+    this.#givenUp = reason
+    this.#leaveQueue?.()
+    this.#upstream?.terminate()
+    this.#fail(reason)
   }
 
   /** One handshake with the upstream; a second, once, when its 401 asks for a new token or a DPoP nonce. */
@@ -225,7 +235,7 @@ class Handshake {
     if (this.#settled) return
     this.#settle()
     this.#upstream?.terminate()
-    const cause = this.#abort.signal.aborted ? this.#abort.signal.reason as unknown : err
+    const cause = this.#givenUp ?? err
     if (cause instanceof ClientGoneError || this.#request.raw.socket.destroyed) return
     const failure = upstreamFailure(cause)
     this.#o.log.warn({ requestId: this.#request.id, route: this.#o.route.name, upstreamError: failure.code }, 'websocket upstream failed')

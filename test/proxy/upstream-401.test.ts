@@ -109,8 +109,8 @@ t.test('the first 401 of a token obtained on schedule renews it at once, and the
   // a 401 now, then a renewal on schedule (after half the 4 s lifetime)
   h.upstream.rejectTokens.add(h.app.credential.current()!.header)
   t.equal((await send(`${h.proxyUrl}/data`)).status, 200)
-  await until(() => h.tokenServer.grants.length === 3, 4_000)
-  await until(() => h.app.credential.ready())
+  const replaced = h.app.credential.current()!.header
+  await until(() => h.tokenServer.grants.length === 3 && h.app.credential.current()?.header !== replaced, 4_000)
   h.upstream.rejectTokens.add(h.app.credential.current()!.header)
   t.equal((await send(`${h.proxyUrl}/data`)).status, 200, 'renewed at once and replayed, though the last 401 was a second ago')
   t.equal(h.tokenServer.grants.length, 4)
