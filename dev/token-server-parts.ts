@@ -34,6 +34,12 @@ export interface TokenServerOptions {
    * tokens"), `nonce` demands the server's nonce in every proof.
    */
   dpop?: { required?: boolean, nonce?: boolean }
+  /**
+   * Standard token exchange (RFC 8693, Keycloak 26's): client id → the
+   * audiences its tokens may be exchanged for; a client not named may not
+   * exchange at all.
+   */
+  exchange?: Record<string, string[]>
 }
 
 export interface GrantRecord {
@@ -82,7 +88,11 @@ export const KC = {
   otherKey: { status: 400, error: 'invalid_dpop_proof', description: 'DPoP proof public key thumbprint does not match dpop_jkt' },
   // the end-session endpoint, given a DPoP-bound (a public client's) refresh
   // token: refused whatever proof comes with it; revocation ends the session
-  boundLogout: { status: 400, error: 'invalid_grant', description: 'DPoP proof is missing' }
+  boundLogout: { status: 400, error: 'invalid_grant', description: 'DPoP proof is missing' },
+  // standard token exchange (Keycloak 26.x)
+  badSubject: { status: 400, error: 'invalid_request', description: 'Invalid token' },
+  noExchange: { status: 400, error: 'unauthorized_client', description: 'Standard token exchange is not enabled for the requested client' },
+  noAudience: { status: 400, error: 'invalid_request', description: 'Requested audience not available' }
 }
 
 export interface SigningKey { privateKey: KeyObject, publicKey: KeyObject, jwk: object, kid: string }

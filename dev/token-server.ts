@@ -40,6 +40,8 @@ export class TokenServer {
   /** DPoP: whether a proof is required, and the proofs' checker (its nonce, when nonces are on) */
   dpopRequired: boolean
   readonly dpop: DpopVerifier
+  /** client id → the audiences its tokens may be exchanged for */
+  exchange: Record<string, string[]>
   /** most token requests ever seen in flight at once */
   maxConcurrent = 0
   #concurrent = 0
@@ -64,6 +66,7 @@ export class TokenServer {
     this.clientCredentialsRefresh = options.clientCredentialsRefresh ?? false
     this.dpopRequired = options.dpop?.required ?? false
     this.dpop = new DpopVerifier({ nonce: options.dpop?.nonce ?? false })
+    this.exchange = options.exchange ?? {}
     this.#scheme = options.tls === undefined ? 'http' : 'https'
     this.server = options.tls === undefined
       ? createServer((req, res) => this.#handle(req, res))
@@ -121,7 +124,7 @@ export class TokenServer {
    * token is bound to), or why it is refused. A bound token is refused as a
    * bearer token; its proof is the resource server's to check.
    */
-  verify (header: string | undefined): { ok: true, user: string, expiresIn: number, jkt?: string } | { ok: false, reason: string } {
+  verify (header: string | undefined): { ok: true, user: string, client: string, audience: string, expiresIn: number, jkt?: string } | { ok: false, reason: string } {
     const scheme = /^(Bearer|DPoP) /i.exec(header ?? '')?.[1]?.toLowerCase()
     if (header === undefined || scheme === undefined) return { ok: false, reason: 'no bearer token' }
     const token = header.slice(scheme.length + 1)
@@ -130,11 +133,11 @@ export class TokenServer {
     const valid = createVerify('RSA-SHA256').update(`${h}.${p}`).verify(this.#key.publicKey, Buffer.from(sig, 'base64url'))
     if (!valid) return { ok: false, reason: 'bad signature' }
     if (this.#revoked.has(token)) return { ok: false, reason: 'revoked' }
-    const claims = JSON.parse(Buffer.from(p, 'base64url').toString()) as { exp: number, preferred_username: string, cnf?: { jkt: string } }
+    const claims = JSON.parse(Buffer.from(p, 'base64url').toString()) as { exp: number, preferred_username: string, azp: string, aud: string, cnf?: { jkt: string } }
     const now = Date.now() / 1000
     if (claims.exp <= now) return { ok: false, reason: 'expired' }
     if ((claims.cnf !== undefined) !== (scheme === 'dpop')) return { ok: false, reason: claims.cnf === undefined ? 'a bearer token sent as DPoP' : 'a DPoP-bound token sent as bearer' }
-    return { ok: true, user: claims.preferred_username, expiresIn: claims.exp - now, ...(claims.cnf !== undefined && { jkt: claims.cnf.jkt }) }
+    return { ok: true, user: claims.preferred_username, client: claims.azp, audience: claims.aud, expiresIn: claims.exp - now, ...(claims.cnf !== undefined && { jkt: claims.cnf.jkt }) }
   }
 
   #handle (req: IncomingMessage, res: ServerResponse): void {
@@ -296,10 +299,29 @@ export class TokenServer {
       state.used = true
       return this.#issue(state.session, form.scope, jkt)
     }
+    if (form.grant_type === 'urn:ietf:params:oauth:grant-type:token-exchange') return this.#exchange(clientId, form, jkt)
     if (form.grant_type === undefined) {
       return { status: 400, body: { error: 'invalid_request', error_description: 'Missing form parameter: grant_type' } }
     }
     return { status: 400, body: { error: 'unsupported_grant_type', error_description: 'Unsupported grant_type' } }
+  }
+
+  /**
+   * Keycloak 26's standard token exchange: the client's own access token
+   * (its `azp`) for one whose audience is `audience`, in the same session,
+   * without a refresh token. An invalid subject is `invalid_request`, as
+   * Keycloak words it.
+   */
+  #exchange (clientId: string, form: Record<string, string>, jkt: string | undefined): { status: number, body: object } {
+    const allowed = this.exchange[clientId]
+    if (allowed === undefined) return kcError(KC.noExchange)
+    const subject = this.verify(`${jkt === undefined ? 'Bearer' : 'DPoP'} ${form.subject_token ?? ''}`)
+    if (!subject.ok || subject.client !== clientId || form.subject_token_type !== 'urn:ietf:params:oauth:token-type:access_token') return kcError(KC.badSubject)
+    const audience = form.audience ?? ''
+    if (!allowed.includes(audience)) return { status: 400, body: { error: KC.noAudience.error, error_description: `${KC.noAudience.description}: ${audience}` } }
+    const session = [...this.#sessions.values()].find((s) => s.user === subject.user && s.client === clientId && s.active) ??
+      { id: randomUUID(), client: clientId, user: subject.user, active: true, started: Date.now() }
+    return this.#issue(session, form.scope, jkt, false, audience)
   }
 
   /** Keycloak's end-session endpoint as a client calls it: the session of the refresh token ends (204). */
@@ -328,7 +350,7 @@ export class TokenServer {
     return this.sessionMaxSeconds === 0 ? Infinity : session.started + this.sessionMaxSeconds * 1000 - Date.now()
   }
 
-  #issue (session: Session, scope: string | undefined, jkt: string | undefined, withRefresh = true): { status: number, body: object } {
+  #issue (session: Session, scope: string | undefined, jkt: string | undefined, withRefresh = true, audience = 'account'): { status: number, body: object } {
     const now = Math.floor(Date.now() / 1000)
     const offline = (scope ?? '').split(' ').includes('offline_access')
     const claims = {
@@ -336,11 +358,11 @@ export class TokenServer {
       iat: now,
       jti: randomUUID(),
       iss: this.issuer,
-      aud: 'account',
+      aud: audience,
       scope: scope ?? 'profile email',
       sub: session.user,
       typ: 'Bearer',
-      azp: 'legacy-app',
+      azp: session.client,
       sid: session.id,
       preferred_username: session.user,
       ...(jkt !== undefined && { cnf: { jkt } })

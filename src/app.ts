@@ -5,21 +5,16 @@ import type { Dispatcher } from 'undici'
 import type pino from 'pino'
 import { buildAdmin } from './admin/server.js'
 import { createMetrics, type Metrics } from './admin/metrics.js'
-import { CredentialStore } from './config/credentials.js'
-import type { Config } from './config/load.js'
+import type { Config, RouteConfig } from './config/load.js'
+import { Credentials, type HeldCredential } from './credentials.js'
 import { createDispatcher, websocketEgress } from './dispatcher.js'
 import type { ProxyEvents } from './proxy/context.js'
 import { proxyRoute } from './proxy/route.js'
-import { buildListener, FORWARDED_METHODS } from './proxy/server.js'
+import { buildListener, FORWARDED_METHODS, type Listener } from './proxy/server.js'
 import { UpstreamSlots } from './proxy/upstream-slots.js'
 import { SecretScrubber } from './secrets.js'
-import { BasicCredential } from './token/basic.js'
-import { ClientAuthenticator } from './token/client-auth.js'
 import { systemClock, type Clock } from './token/clock.js'
-import { DpopKey } from './token/dpop.js'
 import { createAuthHttp, type AuthHttp } from './token/http.js'
-import { TokenManager } from './token/manager.js'
-import { OAuthClient } from './token/oauth-client.js'
 
 export interface AppDeps {
   logger: pino.Logger
@@ -31,17 +26,20 @@ export interface AppDeps {
 }
 
 export interface App {
+  /** the PROXY_PORT listener */
   proxy: FastifyInstance
   admin: FastifyInstance
   /** the default route's credential */
-  credential: TokenManager | BasicCredential
+  credential: HeldCredential
+  /** every route, the default route first: its settings, its listener and its credential, and the proxy's events */
+  routes: Array<{ config: RouteConfig, listener: FastifyInstance, credential: HeldCredential, events: EventEmitter<ProxyEvents> }>
   metrics: Metrics
   /** what happens in the proxy: each answer, each failure of the upstream */
   events: EventEmitter<ProxyEvents>
   /** known secret values (credentials, tokens, a proxy's password), for texts shown to people */
   secrets: SecretScrubber
-  /** Starts the token lifecycle and both listeners; resolves with their addresses. */
-  listen(): Promise<{ proxy: AddressInfo, admin: AddressInfo }>
+  /** Starts the token lifecycle and every listener; resolves with their addresses (the routes' with a port of their own by name). */
+  listen(): Promise<{ proxy: AddressInfo, admin: AddressInfo, routes: Record<string, AddressInfo> }>
   /**
    * Stops taking requests, lets in-flight ones finish (at most `graceMs`),
    * ends the auth server session when AUTH_LOGOUT_ON_SHUTDOWN allows (within
@@ -75,7 +73,7 @@ export class ListenError extends Error {
  */
 export const KEEPALIVE_ANNOUNCED_MAX_MS = 60_000
 
-/** Builds the proxy and admin servers without listening. */
+/** Builds the proxy listeners and the admin server without listening. */
 export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   const { logger } = deps
   const secrets = new SecretScrubber()
@@ -87,14 +85,14 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     if (password !== '') secrets.add(decodeURIComponent(username))
   }
 
-  const store = new CredentialStore(config.credentials, (message) => logger.warn({ event: 'credentials' }, message))
   let tokenDispatcher: Dispatcher | undefined
   const http = deps.http ?? createAuthHttp(tokenDispatcher = createDispatcher(config.egress, undefined, { connections: 2, keepAliveTimeout: 4_000 }))
-  const credential = await buildCredential(config, store, http, secrets, deps.clock ?? systemClock, logger.child({ component: 'token' }))
+  const credentials = new Credentials({ config, http, secrets, clock: deps.clock ?? systemClock, log: logger })
+  for (const route of config.routes) await credentials.of(route.credential)
 
   const events = new EventEmitter<ProxyEvents>()
-  const metrics = createMetrics()
-  metrics.watchCredential(credential, { dpop: config.auth.mode === 'oauth2' && config.auth.dpop !== undefined })
+  const metrics = createMetrics(config.routes.map((r) => r.name))
+  for (const { config: c, credential } of credentials.all) metrics.watchCredential(c.name, credential, { dpop: c.auth.mode === 'oauth2' && c.auth.dpop !== undefined })
   metrics.watchProxy(events)
   const proxyLog = logger.child({ component: 'proxy' })
   // An access line has fixed fields, none secret; pino's redaction paths
@@ -102,8 +100,117 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   const accessLogger = proxyLog.child({}, { redact: [] })
   if (config.accessLog) events.on('response', (line) => accessLogger.info(line, 'request'))
 
+  // PROXY_PORT serves the default route and the routes with a path; each
+  // route with a port of its own has a listener of its own.
+  const listen = (route: string): Listener => buildListener({
+    route,
+    maxRequests: config.proxy.maxRequests,
+    ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }),
+    log: proxyLog,
+    events
+  })
+  const main = listen('default')
+  const own = new Map<RouteConfig, Listener>()
+  const pools: Dispatcher[] = []
+  for (const route of config.routes) {
+    const listener = route.port === undefined ? main : listen(route.name)
+    if (route.port !== undefined) own.set(route, listener)
+    const pool = upstreamPool(config, route.origin)
+    pools.push(pool)
+    if (logger.isLevelEnabled('debug')) logConnections(pool, proxyLog)
+    await listener.app.register(proxyRoute, {
+      prefix: route.path,
+      context: {
+        route: {
+          name: route.name,
+          origin: route.origin,
+          host: new URL(route.origin).host,
+          basePath: route.basePath,
+          prefix: route.path,
+          timeoutMs: config.upstream.timeoutMs,
+          websocketMaxMessageBytes: config.proxy.websocketMaxMessageBytes
+        },
+        credential: await credentials.of(route.credential),
+        dispatcher: pool,
+        slots: new UpstreamSlots(config.upstream.connections),
+        admission: listener.admission,
+        log: proxyLog,
+        events
+      },
+      methods: FORWARDED_METHODS,
+      websockets: listener.websockets,
+      egress: websocketEgress(config.egress, route.origin)
+    })
+  }
+
+  // The token lifecycle follows PROXY_PORT's listener: it starts when that
+  // is ready, and stops once every listener has drained (the others close
+  // first), each session then ended once.
+  const held = credentials.all
+  main.app.addHook('onReady', (done) => {
+    for (const { credential } of held) credential.start()
+    done()
+  })
+  main.app.addHook('onClose', async () => {
+    for (const { credential } of held) credential.stop()
+    credentials.close()
+    await Promise.all(pools.map(async (pool) => await pool.destroy()))
+    // After the drain, one token request per session at most: the sessions
+    // are ended even when the drain took the whole grace period.
+    await Promise.all(held.map(async ({ config: c, credential }) => {
+      if (c.auth.mode === 'oauth2' && c.auth.logoutOnShutdown) await credential.endSession(config.token.timeoutMs)
+    }))
+    await tokenDispatcher?.destroy()
+  })
+
+  let closing = false
+  let closed: Promise<void> | undefined
+  const admin = buildAdmin({
+    registry: metrics.registry,
+    log: logger.child({ component: 'admin' }),
+    notReady: () => closing ? { reason: 'shutting down' } : notReady(config, credentials)
+  })
+
+  async function shutdown (graceMs: number): Promise<void> {
+    closing = true
+    await Promise.all([...own.values()].map(async (listener) => await drain(listener, graceMs, logger)))
+    await drain(main, graceMs, logger)
+    await admin.close()
+  }
+
+  return {
+    proxy: main.app,
+    admin,
+    credential: await credentials.of(config.routes[0]!.credential),
+    routes: config.routes.map((route) => ({ config: route, listener: (own.get(route) ?? main).app, credential: held.find((h) => h.config === route.credential)!.credential, events })),
+    metrics,
+    events,
+    secrets,
+    async listen () {
+      await admin.listen({ port: config.admin.port, host: config.admin.host, listenTextResolver: (address) => `admin endpoints on ${address}` })
+        .catch((err: NodeJS.ErrnoException) => { throw new ListenError('ADMIN_PORT', config.admin.host, config.admin.port, err) })
+      const ports: Record<string, AddressInfo> = {}
+      for (const [route, listener] of own) {
+        const variable = `ROUTE_${route.name.toUpperCase()}_PORT`
+        await listener.app.listen({ port: route.port!, host: config.proxy.host, listenTextResolver: (address) => `route ${route.name} on ${address}` })
+          .catch((err: NodeJS.ErrnoException) => { throw new ListenError(variable, config.proxy.host, route.port!, err) })
+        ports[route.name] = listener.app.server.address() as AddressInfo
+      }
+      await main.app.listen({ port: config.proxy.port, host: config.proxy.host, listenTextResolver: (address) => `proxy on ${address}` })
+        .catch((err: NodeJS.ErrnoException) => { throw new ListenError('PROXY_PORT', config.proxy.host, config.proxy.port, err) })
+      return { proxy: main.app.server.address() as AddressInfo, admin: admin.server.address() as AddressInfo, routes: ports }
+    },
+    close (graceMs = config.shutdownGraceMs) {
+      closed ??= shutdown(graceMs)
+      return closed
+    }
+  }
+}
+
+/** A route's upstream pool; verifies TLS. */
+function upstreamPool (config: Config, origin: string): Dispatcher {
   const { upstream } = config
-  const upstreamPool = createDispatcher(config.egress, upstream.origin, {
+  return createDispatcher(config.egress, origin, {
     connections: upstream.connections,
     // UPSTREAM_KEEPALIVE_MS when the upstream does not say how long it keeps
     // an idle connection; when it does (`Keep-Alive: timeout=N`), undici
@@ -113,143 +220,42 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     headersTimeout: upstream.timeoutMs,
     bodyTimeout: upstream.idleTimeoutMs
   })
-  if (logger.isLevelEnabled('debug')) logConnections(upstreamPool, proxyLog)
+}
 
-  const listener = buildListener({
-    route: 'default',
-    maxRequests: config.proxy.maxRequests,
-    ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }),
-    log: proxyLog,
-    events
-  })
-  const proxy = listener.app
-  await proxy.register(proxyRoute, {
-    context: {
-      route: {
-        name: 'default',
-        origin: upstream.origin,
-        host: new URL(upstream.origin).host,
-        basePath: upstream.basePath,
-        prefix: '',
-        timeoutMs: upstream.timeoutMs,
-        websocketMaxMessageBytes: config.proxy.websocketMaxMessageBytes
-      },
-      credential,
-      dispatcher: upstreamPool,
-      slots: new UpstreamSlots(upstream.connections),
-      admission: listener.admission,
-      log: proxyLog,
-      events
-    },
-    methods: FORWARDED_METHODS,
-    websockets: listener.websockets,
-    egress: websocketEgress(config.egress, upstream.origin)
-  })
-
-  // The token lifecycle follows the proxy's: it starts when the proxy is
-  // ready, and stops once the proxy's requests have drained, the session
-  // then ended.
-  proxy.addHook('onReady', (done) => { credential.start(); done() })
-  proxy.addHook('onClose', async () => {
-    credential.stop()
-    store.close()
-    await upstreamPool.destroy()
-    // After the drain, one token request at most: the session is ended even
-    // when the drain took the whole grace period.
-    if (config.auth.mode === 'oauth2' && config.auth.logoutOnShutdown) await credential.endSession(config.token.timeoutMs)
-    await tokenDispatcher?.destroy()
-  })
-
-  let closing = false
-  let closed: Promise<void> | undefined
-  const admin = buildAdmin({
-    registry: metrics.registry,
-    log: logger.child({ component: 'admin' }),
-    notReadyReason: () => closing ? 'shutting down' : credential.notReadyReason()
-  })
-
-  async function shutdown (graceMs: number): Promise<void> {
-    closing = true
-    const server = proxy.server
-    listener.websockets.close()
-    // Fastify's close stops accepting and closes idle kept-alive connections;
-    // busy ones close once their answer is done (Node answers with
-    // `Connection: close` once the server is closing). Connections that
-    // turn idle later are closed as they do. What is still in progress when
-    // the grace period ends is cut: the client's connection closed, which
-    // aborts its upstream request.
-    const idle = setInterval(() => server.closeIdleConnections(), 100)
-    const cut = setTimeout(() => {
-      logger.warn({ graceMs }, 'shutdown grace period over: cutting the requests still in progress')
-      server.closeAllConnections()
-    }, graceMs)
-    try {
-      await proxy.close()
-    } finally {
-      clearInterval(idle)
-      clearTimeout(cut)
-    }
-    await admin.close()
-  }
-
-  return {
-    proxy,
-    admin,
-    credential,
-    metrics,
-    events,
-    secrets,
-    async listen () {
-      await admin.listen({ port: config.admin.port, host: config.admin.host, listenTextResolver: (address) => `admin endpoints on ${address}` })
-        .catch((err: NodeJS.ErrnoException) => { throw new ListenError('ADMIN_PORT', config.admin.host, config.admin.port, err) })
-      await proxy.listen({ port: config.proxy.port, host: config.proxy.host, listenTextResolver: (address) => `proxy on ${address}` })
-        .catch((err: NodeJS.ErrnoException) => { throw new ListenError('PROXY_PORT', config.proxy.host, config.proxy.port, err) })
-      return { proxy: proxy.server.address() as AddressInfo, admin: admin.server.address() as AddressInfo }
-    },
-    close (graceMs = config.shutdownGraceMs) {
-      closed ??= shutdown(graceMs)
-      return closed
-    }
+/**
+ * Closes a listener: its WebSockets at once; its HTTP connections as they
+ * turn idle, those still busy when the grace period ends cut (which aborts
+ * their upstream requests). Fastify's close stops accepting and closes idle
+ * kept-alive connections; busy ones close once their answer is done (Node
+ * answers with `Connection: close` once the server is closing).
+ */
+async function drain (listener: Listener, graceMs: number, logger: pino.Logger): Promise<void> {
+  const server = listener.app.server
+  listener.websockets.close()
+  const idle = setInterval(() => server.closeIdleConnections(), 100)
+  const cut = setTimeout(() => {
+    logger.warn({ graceMs }, 'shutdown grace period over: cutting the requests still in progress')
+    server.closeAllConnections()
+  }, graceMs)
+  try {
+    await listener.app.close()
+  } finally {
+    clearInterval(idle)
+    clearTimeout(cut)
   }
 }
 
-/** The credential the configuration describes: a token kept fresh (oauth2), or fixed Basic credentials. */
-async function buildCredential (config: Config, store: CredentialStore, http: AuthHttp, secrets: SecretScrubber, clock: Clock, log: pino.Logger): Promise<TokenManager | BasicCredential> {
-  if (config.auth.mode === 'basic') return await BasicCredential.create(store)
-  const { tokenUrl, issuerUrl, alternateTokenUrl, grantType, clientAuth, clientId, clientKeyAlg, clientKeyId, scope, params, dpop } = config.auth
-  const server = new OAuthClient({
-    ...(tokenUrl !== undefined && { tokenUrl }),
-    ...(issuerUrl !== undefined && { issuerUrl }),
-    ...(alternateTokenUrl !== undefined && { alternateTokenUrl }),
-    grantType,
-    clientId,
-    client: new ClientAuthenticator({
-      clientId,
-      clientAuth,
-      ...(clientKeyAlg !== undefined && { keyAlg: clientKeyAlg }),
-      ...(clientKeyId !== undefined && { keyId: clientKeyId }),
-      onSecret: (value) => secrets.addToken(value)
-    }),
-    extras: { params, ...(scope !== undefined && { scope }) },
-    credentials: store,
-    http,
-    timeoutMs: config.token.timeoutMs,
-    ...(dpop !== undefined && { dpop: await DpopKey.generate(dpop) }),
-    clock,
-    log,
-    secrets
-  })
-  return new TokenManager({
-    server,
-    credentials: store,
-    log,
-    waitMs: config.token.waitMs,
-    retryMinMs: config.token.retryMinMs,
-    retryMaxMs: config.token.retryMaxMs,
-    rejectedRetryMs: config.token.rejectedRetryMs,
-    clock,
-    secrets
-  })
+/** Why the sidecar is not ready: the routes whose credential has no valid token, each with its reason. */
+function notReady (config: Config, credentials: Credentials): { reason: string, routes?: Record<string, string> } | undefined {
+  const reasons = new Map<string, string>()
+  for (const route of config.routes) {
+    const credential = credentials.all.find((c) => c.config === route.credential)!.credential
+    const reason = credential.notReadyReason()
+    if (reason !== undefined) reasons.set(route.name, reason)
+  }
+  if (reasons.size === 0) return undefined
+  if (config.routes.length === 1) return { reason: reasons.get('default')! }
+  return { reason: [...reasons].map(([name, reason]) => `route ${name}: ${reason}`).join('; '), routes: Object.fromEntries(reasons) }
 }
 
 /** LOG_LEVEL=debug: the upstream pool's connections as they open, close and fail. */

@@ -56,12 +56,18 @@ closeWithGrace({
 })
 
 try {
-  const { proxy, admin } = await app.listen()
+  const { proxy, admin, routes } = await app.listen()
   logger.info({
     version: VERSION,
     proxy: `${proxy.address}:${proxy.port}`,
     admin: `${admin.address}:${admin.port}`,
     upstream: config.upstream.origin + config.upstream.basePath,
+    ...(config.routes.length > 1 && {
+      routes: Object.fromEntries(config.routes.slice(1).map((r) => [r.name, {
+        upstream: r.origin + r.basePath,
+        ...(r.port === undefined ? { path: r.path } : { listen: `${routes[r.name]!.address}:${routes[r.name]!.port}` })
+      }]))
+    }),
     authMode: config.auth.mode,
     ...(config.auth.mode === 'oauth2' && {
       grantType: config.auth.grantType,

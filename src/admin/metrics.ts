@@ -8,56 +8,61 @@ import { VERSION } from '../version.js'
 
 export interface Metrics {
   registry: Registry
-  /** Counts what happens to a credential, and reports its expiry and readiness at each scrape. */
-  watchCredential(credential: Credential, options: { dpop: boolean }): void
+  /**
+   * Counts what happens to a credential, and reports its expiry and
+   * readiness at each scrape, under the name of the route whose settings
+   * define it.
+   */
+  watchCredential(route: string, credential: Credential, options: { dpop: boolean }): void
   /** Counts the proxy's answers and failures. */
   watchProxy(events: EventEmitter<ProxyEvents>): void
 }
 
 const PREFIX = 'auth_sidecar_'
-const GRANT_TYPES: readonly GrantType[] = ['password', 'client_credentials', 'refresh_token']
+const GRANT_TYPES: readonly GrantType[] = ['password', 'client_credentials', 'refresh_token', 'token_exchange']
 const LOGOUT_OUTCOMES: readonly LogoutOutcome[] = ['success', 'rejected', 'error', 'skipped']
 const OUTCOMES: readonly GrantOutcome[] = ['success', 'rejected', 'error']
 const UPSTREAM_ERROR_REASONS: readonly UpstreamErrorReason[] = ['unreachable', 'timeout', 'reset']
 
 /**
  * The sidecar's Prometheus metrics, fed by the events of the credentials and
- * the proxy; no label ever carries a secret. Node's process metrics keep
+ * the proxy; no label ever carries a secret. Each series has a `route`
+ * label: the route that served, for the requests and the upstream's
+ * failures; the route whose settings define the credential, for the grants,
+ * the expiry, the sessions' end and refused DPoP proofs. Node's process metrics keep
  * their conventional names (process_cpu_seconds_total,
  * nodejs_heap_size_used_bytes, ...) so that stock dashboards find them, and
  * every failure series exists at 0 from the first scrape, so that an alert on
  * it has data before the first failure.
  */
-export function createMetrics (): Metrics {
+export function createMetrics (routes: string[]): Metrics {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
-  const credentials: Credential[] = []
+  const credentials: Array<{ route: string, credential: Credential }> = []
 
   const grants = new Counter({
     name: `${PREFIX}token_grants_total`,
     help: 'Token grant requests by grant type and outcome (success, rejected, error).',
-    labelNames: ['grant_type', 'outcome'] as const,
+    labelNames: ['grant_type', 'outcome', 'route'] as const,
     registers: [registry]
   })
-  for (const grantType of GRANT_TYPES) for (const outcome of OUTCOMES) grants.inc({ grant_type: grantType, outcome }, 0)
   const upstreamErrors = new Counter({
     name: `${PREFIX}upstream_errors_total`,
     help: 'The sidecar\'s own 502 and 504 answers, by reason: unreachable (refused, unresolvable, connect timeout, an invalid answer), timeout (no response headers in time), reset (the connection closed under the request).',
-    labelNames: ['reason'] as const,
+    labelNames: ['reason', 'route'] as const,
     registers: [registry]
   })
-  for (const reason of UPSTREAM_ERROR_REASONS) upstreamErrors.inc({ reason }, 0)
+  for (const route of routes) for (const reason of UPSTREAM_ERROR_REASONS) upstreamErrors.inc({ reason, route }, 0)
   const logouts = new Counter({
     name: `${PREFIX}logouts_total`,
     help: 'Sessions ended at the auth server on shutdown (AUTH_LOGOUT_ON_SHUTDOWN), by outcome: success, rejected (the server refused, e.g. the session had already ended), error (unreachable, timeout, no such endpoint), skipped (no session or no endpoint to end it at).',
-    labelNames: ['outcome'] as const,
+    labelNames: ['outcome', 'route'] as const,
     registers: [registry]
   })
-  for (const outcome of LOGOUT_OUTCOMES) logouts.inc({ outcome }, 0)
   const dpopRefusals = new Counter({
     name: `${PREFIX}dpop_proofs_refused_total`,
     help: 'DPoP proofs the upstream refused (a 401 with a DPoP error), by reason: use_dpop_nonce (it wants a nonce; the request is sent once more with it when it has no body), invalid_dpop_proof.',
-    labelNames: ['reason'] as const,
+    labelNames: ['reason', 'route'] as const,
     registers: [registry]
   })
   new Gauge({
@@ -69,35 +74,38 @@ export function createMetrics (): Metrics {
   new Gauge({
     name: `${PREFIX}token_expires_in_seconds`,
     help: 'Seconds until the held access token expires (0 without one).',
+    labelNames: ['route'] as const,
     registers: [registry],
-    collect () { this.set(Math.min(...credentials.map((c) => c.expiresInSeconds()))) }
+    collect () { for (const { route, credential } of credentials) this.set({ route }, credential.expiresInSeconds()) }
   })
   new Gauge({
     name: `${PREFIX}ready`,
-    help: '1 while a valid token is held (readiness), else 0.',
+    help: '1 while every route holds a valid token (readiness), else 0.',
     registers: [registry],
-    collect () { this.set(credentials.every((c) => c.ready()) ? 1 : 0) }
+    collect () { this.set(credentials.every(({ credential }) => credential.ready()) ? 1 : 0) }
   })
   const requests = new Histogram({
     name: `${PREFIX}proxy_request_duration_seconds`,
     help: 'Proxied requests by response status, with their duration in seconds.',
-    labelNames: ['status'] as const,
+    labelNames: ['status', 'route'] as const,
     buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
     registers: [registry]
   })
 
   return {
     registry,
-    watchCredential (credential, { dpop }) {
-      credentials.push(credential)
-      if (dpop) for (const reason of DPOP_REFUSALS) dpopRefusals.inc({ reason }, 0)
-      credential.events.on('grant', (grant, outcome) => grants.inc({ grant_type: grant, outcome }))
-      credential.events.on('logout', (outcome) => logouts.inc({ outcome }))
-      credential.events.on('dpop_refused', (reason) => dpopRefusals.inc({ reason }))
+    watchCredential (route, credential, { dpop }) {
+      credentials.push({ route, credential })
+      for (const grantType of GRANT_TYPES) for (const outcome of OUTCOMES) grants.inc({ grant_type: grantType, outcome, route }, 0)
+      for (const outcome of LOGOUT_OUTCOMES) logouts.inc({ outcome, route }, 0)
+      if (dpop) for (const reason of DPOP_REFUSALS) dpopRefusals.inc({ reason, route }, 0)
+      credential.events.on('grant', (grant, outcome) => grants.inc({ grant_type: grant, outcome, route }))
+      credential.events.on('logout', (outcome) => logouts.inc({ outcome, route }))
+      credential.events.on('dpop_refused', (reason) => dpopRefusals.inc({ reason, route }))
     },
     watchProxy (events) {
-      events.on('response', (line) => requests.observe({ status: line.status }, line.durationMs / 1000))
-      events.on('upstream_error', ({ reason }) => upstreamErrors.inc({ reason }))
+      events.on('response', (line) => requests.observe({ status: line.status, route: line.route }, line.durationMs / 1000))
+      events.on('upstream_error', ({ reason, route }) => upstreamErrors.inc({ reason, route }))
     }
   }
 }

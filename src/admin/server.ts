@@ -4,8 +4,8 @@ import type { Registry } from 'prom-client'
 
 export interface AdminOptions {
   registry: Registry
-  /** undefined when ready, else why not */
-  notReadyReason(): string | undefined
+  /** undefined when ready, else why not (and, with named routes, each route's reason) */
+  notReady(): { reason: string, routes?: Record<string, string> } | undefined
   log: pino.Logger
 }
 
@@ -21,9 +21,9 @@ export function buildAdmin (opts: AdminOptions): FastifyInstance {
   })
   app.get('/healthz', (_request, reply) => { send(reply, 200, { status: 'ok' }) })
   app.get('/readyz', (_request, reply) => {
-    const reason = opts.notReadyReason()
-    if (reason === undefined) send(reply, 200, { status: 'ready' })
-    else send(reply, 503, { status: 'not_ready', reason })
+    const why = opts.notReady()
+    if (why === undefined) send(reply, 200, { status: 'ready' })
+    else send(reply, 503, { status: 'not_ready', ...why })
   })
   app.get('/metrics', async (_request, reply) => {
     const text = await opts.registry.metrics()

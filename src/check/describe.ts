@@ -4,13 +4,23 @@ import { GrantError, type TokenSet } from '../token/grant.js'
 /** What `check` says of the configuration, a token, or a failure: human text, nothing secret. */
 
 export function describeConfig (config: Config): string {
-  const upstream = config.upstream.origin + config.upstream.basePath
-  if (config.auth.mode === 'basic') return `basic mode, upstream ${upstream}`
-  const a = config.auth
-  const endpoint = a.tokenUrl !== undefined ? `token URL ${a.tokenUrl}` : `issuer ${a.issuerUrl ?? ''}`
-  const params = a.params.length === 0 ? '' : `, extra parameters ${a.params.map(([n]) => n).join(', ')}`
-  const dpop = a.dpop === undefined ? '' : `, DPoP-bound tokens (${a.dpop} key)`
-  return `oauth2, ${a.grantType} grant as client ${a.clientId} (${a.clientAuth})${dpop}, ${endpoint}${params}, upstream ${upstream}`
+  const routes = config.routes.slice(1).map((route) => {
+    const where = route.port !== undefined ? `port ${route.port}` : `path ${route.path}`
+    const c = route.credential
+    const token = c.exchange !== undefined
+      ? `token exchange for audience ${c.exchange.audience}${c.exchange.subject.name === 'default' ? '' : ` of route ${c.exchange.subject.name}'s`}`
+      : c.name === route.name ? `its own credential: ${describeAuth(c.auth)}` : `route ${c.name}'s credential`
+    return `route ${route.name} on ${where} to ${route.origin + route.basePath}, ${token}`
+  })
+  return [`${describeAuth(config.auth)}, upstream ${config.upstream.origin + config.upstream.basePath}`, ...routes].join('; ')
+}
+
+function describeAuth (auth: Config['auth']): string {
+  if (auth.mode === 'basic') return 'basic mode'
+  const endpoint = auth.tokenUrl !== undefined ? `token URL ${auth.tokenUrl}` : `issuer ${auth.issuerUrl ?? ''}`
+  const params = auth.params.length === 0 ? '' : `, extra parameters ${auth.params.map(([n]) => n).join(', ')}`
+  const dpop = auth.dpop === undefined ? '' : `, DPoP-bound tokens (${auth.dpop} key)`
+  return `oauth2, ${auth.grantType} grant as client ${auth.clientId} (${auth.clientAuth})${dpop}, ${endpoint}${params}`
 }
 
 export function lifetimes (set: TokenSet): string {

@@ -2,7 +2,8 @@ import { METHODS } from 'node:http'
 import type { Readable } from 'node:stream'
 import { Writable } from 'node:stream'
 import { buildApp, type App } from '../app.js'
-import { ConfigError, loadConfig, type Config } from '../config/load.js'
+import { ConfigError, loadConfig, type Config, type CredentialConfig } from '../config/load.js'
+import type { HeldCredential } from '../credentials.js'
 import { errorBody, ERRORS, type ErrorCode } from '../errors.js'
 import { createLogger } from '../logger.js'
 import type { UpstreamError } from '../proxy/context.js'
@@ -96,50 +97,86 @@ export async function runCheck (env: NodeJS.ProcessEnv, args: string[], write: (
 
 type Say = (status: 'ok' | 'FAIL' | 'skip', step: string, text: string) => void
 
+/**
+ * Every credential's discovery and grant (or exchange), each route's
+ * upstream, every session ended; the exit code is the first failing
+ * step's. With named routes each line names its route.
+ */
 async function steps (app: App, config: Config, args: CheckArgs, say: Say): Promise<number> {
-  const credential = app.credential
-  if (credential.kind === 'oauth2' && config.auth.mode === 'oauth2') {
-    if (config.auth.issuerUrl !== undefined) {
+  const named = config.routes.length > 1
+  const of = (step: string, route: string): string => named ? `${step} (route ${route})` : step
+  const credentials = unique(app.routes.map((r) => r.config.credential))
+  const held = (c: CredentialConfig): HeldCredential => app.routes.find((r) => r.config.credential === c)!.credential
+  let code: number = CHECK_EXIT.ok
+  const failed = (step: number): void => { if (code === CHECK_EXIT.ok) code = step }
+
+  const usable = new Set<CredentialConfig>()
+  for (const c of credentials) {
+    const credential = held(c)
+    if (credential.kind !== 'oauth2' || c.auth.mode !== 'oauth2') {
+      say('skip', of('grant', c.name), 'basic mode has no token endpoint: the credentials go as Authorization: Basic')
+      usable.add(c)
+      continue
+    }
+    if (c.exchange !== undefined && !usable.has(c.exchange.subject)) {
+      say('skip', of('exchange', c.name), `no token of route ${c.exchange.subject.name} to exchange`)
+      continue
+    }
+    if (c.auth.issuerUrl !== undefined && c.exchange === undefined) {
       try {
         const endpoints = await credential.discover()
         const found = [
-          config.auth.tokenUrl === undefined ? `token endpoint ${endpoints?.tokenUrl ?? ''}` : `token endpoint ${config.auth.tokenUrl} (AUTH_TOKEN_URL wins)`,
+          c.auth.tokenUrl === undefined ? `token endpoint ${endpoints?.tokenUrl ?? ''}` : `token endpoint ${c.auth.tokenUrl} (AUTH_TOKEN_URL wins)`,
           endpoints?.endSessionUrl === undefined ? 'no end-session endpoint' : `end-session endpoint ${endpoints.endSessionUrl}`,
           ...(endpoints?.revocationUrl === undefined ? [] : [`revocation endpoint ${endpoints.revocationUrl}`]),
           ...(endpoints?.ignored ?? [])
         ]
-        say('ok', 'discovery', `${wellKnownUrl(config.auth.issuerUrl)}: ${found.join(', ')}`)
+        say('ok', of('discovery', c.name), `${wellKnownUrl(c.auth.issuerUrl)}: ${found.join(', ')}`)
       } catch (err) {
-        say('FAIL', 'discovery', `${(err as Error).message}${advice(err, config, 'auth')}`)
-        return CHECK_EXIT.discovery
+        say('FAIL', of('discovery', c.name), `${(err as Error).message}${advice(err, config, 'auth')}`)
+        failed(CHECK_EXIT.discovery)
+        continue
       }
     }
+    const step = c.exchange === undefined ? 'grant' : 'exchange'
     try {
       const { grant, tokenUrl, set } = await credential.grantOnce()
-      say('ok', 'grant', `${grant} grant at ${tokenUrl} (${await clientMode(credential, config)}): ${lifetimes(set)}; ${claims(set.accessToken)}${binding(credential.dpopKey, set)}`)
+      const what = c.exchange === undefined
+        ? `${grant} grant at ${tokenUrl} (${await clientMode(credential, c)})`
+        : `token exchange at ${tokenUrl} of route ${c.exchange.subject.name}'s token for audience ${c.exchange.audience}`
+      say('ok', of(step, c.name), `${what}: ${lifetimes(set)}; ${claims(set.accessToken)}${binding(credential.dpopKey, set)}`)
+      usable.add(c)
     } catch (err) {
-      say('FAIL', 'grant', `${(err as Error).message}${advice(err, config, 'auth')}`)
-      return CHECK_EXIT.grant
+      say('FAIL', of(step, c.name), `${(err as Error).message}${advice(err, config, 'auth')}`)
+      failed(CHECK_EXIT.grant)
     }
-  } else {
-    say('skip', 'grant', 'basic mode has no token endpoint: the credentials go as Authorization: Basic')
   }
 
-  const upstream = await upstreamStep(app, config, args, say)
+  // a route whose credential failed has its failure said already
+  for (const route of app.routes) {
+    if (usable.has(route.config.credential)) failed(await upstreamStep(route, config, args, say, of('upstream', route.config.name)))
+  }
 
-  // the session it opened is ended whatever the upstream said
-  if (config.auth.mode !== 'oauth2') return upstream
-  if (!config.auth.logoutOnShutdown) {
-    say('skip', 'session', 'left open: AUTH_LOGOUT_ON_SHUTDOWN=false (Keycloak ends it after SSO Session Idle)')
-    return upstream
+  // the sessions opened are ended whatever the upstreams said
+  for (const c of credentials) {
+    if (c.auth.mode !== 'oauth2' || c.exchange !== undefined || !usable.has(c)) continue
+    if (!c.auth.logoutOnShutdown) {
+      say('skip', of('session', c.name), 'left open: AUTH_LOGOUT_ON_SHUTDOWN=false (Keycloak ends it after SSO Session Idle)')
+      continue
+    }
+    const { outcome, detail } = await held(c).endSession(config.token.timeoutMs)
+    if (outcome === 'error' || outcome === 'rejected') {
+      say('FAIL', of('session', c.name), detail)
+      failed(CHECK_EXIT.session)
+    } else {
+      say(outcome === 'success' ? 'ok' : 'skip', of('session', c.name), detail)
+    }
   }
-  const { outcome, detail } = await credential.endSession(config.token.timeoutMs)
-  if (outcome === 'error' || outcome === 'rejected') {
-    say('FAIL', 'session', detail)
-    return upstream === CHECK_EXIT.ok ? CHECK_EXIT.session : upstream
-  }
-  say(outcome === 'success' ? 'ok' : 'skip', 'session', detail)
-  return upstream
+  return code
+}
+
+function unique<T> (items: T[]): T[] {
+  return [...new Set(items)]
 }
 
 /** The most of an upstream's answer `check` reads: enough to know it came, no more. */
@@ -154,28 +191,29 @@ const REFUSES_REQUEST = new Set([407, 408, 413, 414, 431])
  * say) prove the upstream took the token; 401 and 403 refuse it; 5xx and the
  * 4xx that refuse the request itself fail.
  */
-async function upstreamStep (app: App, config: Config, args: CheckArgs, say: Say): Promise<number> {
-  const target = `${config.upstream.origin}${config.upstream.basePath}${args.path === '/' && config.upstream.basePath !== '' ? '' : args.path}`
+async function upstreamStep (route: App['routes'][number], config: Config, args: CheckArgs, say: Say, step: string): Promise<number> {
+  const { origin, basePath, path: prefix, name, credential: c } = route.config
+  const target = `${origin}${basePath}${args.path === '/' && basePath !== '' ? '' : args.path}`
   const failures: UpstreamError[] = []
-  app.events.on('upstream_error', (e) => failures.push(e))
+  route.events.on('upstream_error', (e) => { if (e.route === name) failures.push(e) })
   const started = performance.now()
   const giveUp = AbortSignal.timeout(config.upstream.timeoutMs + 1_000)
   let res
   try {
-    res = await app.proxy.inject({ method: args.method as 'GET', url: args.path, payloadAsStream: true, signal: giveUp })
+    res = await route.listener.inject({ method: args.method as 'GET', url: `${prefix}${args.path === '/' && prefix !== '' ? '' : args.path}`, payloadAsStream: true, signal: giveUp })
   } catch {
-    say('FAIL', 'upstream', `${args.method} ${target}: no answer within ${config.upstream.timeoutMs} ms (UPSTREAM_TIMEOUT_MS)`)
+    say('FAIL', step, `${args.method} ${target}: no answer within ${config.upstream.timeoutMs} ms (UPSTREAM_TIMEOUT_MS)`)
     return CHECK_EXIT.upstream
   }
   const body = await readSome(res.stream(), giveUp)
   const ms = Math.round(performance.now() - started)
   // the sidecar's own answer, told apart from the upstream's by its exact body
   const own = (Object.keys(ERRORS) as ErrorCode[]).find((code) => body === errorBody(code))
-  const dpop = config.auth.mode === 'oauth2' && config.auth.dpop !== undefined
+  const dpop = c.auth.mode === 'oauth2' && c.auth.dpop !== undefined
   if (own === undefined && res.statusCode === 401 && dpop) {
     const challenge = res.headers['www-authenticate']
     const refusal = dpopRefusalOf(challenge)
-    say('FAIL', 'upstream', refusal !== undefined
+    say('FAIL', step, refusal !== undefined
       ? `${args.method} ${target} answered 401: the upstream refuses the DPoP proof (${refusal}${refusal === 'use_dpop_nonce' ? ', even with the nonce it asked for' : ''}); its clock, or the URL it believes it serves (a proxy in between rewriting the path or host), may differ from the sidecar's`
       : hasDpopChallenge(challenge)
         ? `${args.method} ${target} answered 401: the upstream refuses the DPoP-bound token. Check what it expects (audience, realm, roles)`
@@ -183,31 +221,31 @@ async function upstreamStep (app: App, config: Config, args: CheckArgs, say: Say
     return CHECK_EXIT.upstream
   }
   if (own === undefined && (res.statusCode === 401 || res.statusCode === 403)) {
-    say('FAIL', 'upstream', `${args.method} ${target} answered ${res.statusCode}: the upstream refuses the token. Check what it expects (audience, realm, roles): AUTH_SCOPE, AUTH_TOKEN_PARAMS (audience=...), or the client's mappers`)
+    say('FAIL', step, `${args.method} ${target} answered ${res.statusCode}: the upstream refuses the token. Check what it expects (audience, realm, roles): AUTH_SCOPE, AUTH_TOKEN_PARAMS (audience=...), or the client's mappers`)
     return CHECK_EXIT.upstream
   }
   if (own === 'upstream_unreachable' || own === 'upstream_timeout') {
     const code = failures.at(-1)?.code ?? own
-    say('FAIL', 'upstream', `${args.method} ${target}: the sidecar answered ${res.statusCode} ${own} (${code})${advice(code, config, 'upstream')}`)
+    say('FAIL', step, `${args.method} ${target}: the sidecar answered ${res.statusCode} ${own} (${code})${advice(code, config, 'upstream')}`)
     return CHECK_EXIT.upstream
   }
   if (own !== undefined) {
-    say('FAIL', 'upstream', `${args.method} ${target}: the sidecar answered ${res.statusCode} ${own}: ${ERRORS[own].message}`)
+    say('FAIL', step, `${args.method} ${target}: the sidecar answered ${res.statusCode} ${own}: ${ERRORS[own].message}`)
     return CHECK_EXIT.upstream
   }
   if (res.statusCode >= 500) {
-    say('FAIL', 'upstream', `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, but failing`)
+    say('FAIL', step, `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, but failing`)
     return CHECK_EXIT.upstream
   }
   if (REFUSES_REQUEST.has(res.statusCode)) {
-    say('FAIL', 'upstream', `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, but it refuses the request itself (${res.statusCode === 407 ? 'an egress proxy wants credentials: check HTTPS_PROXY/HTTP_PROXY' : 'its headers or size: a token too large for the upstream, or a proxy in between with smaller limits'})`)
+    say('FAIL', step, `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, but it refuses the request itself (${res.statusCode === 407 ? 'an egress proxy wants credentials: check HTTPS_PROXY/HTTP_PROXY' : 'its headers or size: a token too large for the upstream, or a proxy in between with smaller limits'})`)
     return CHECK_EXIT.upstream
   }
   if (res.statusCode >= 400) {
-    say('ok', 'upstream', `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, and the token was not refused (try another --path for a 2xx)`)
+    say('ok', step, `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, and the token was not refused (try another --path for a 2xx)`)
     return CHECK_EXIT.ok
   }
-  say('ok', 'upstream', `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, ${dpop ? 'DPoP-bound token and proof accepted' : 'token accepted'}`)
+  say('ok', step, `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, ${dpop ? 'DPoP-bound token and proof accepted' : 'token accepted'}`)
   return CHECK_EXIT.ok
 }
 
@@ -227,7 +265,7 @@ async function readSome (stream: Readable, signal: AbortSignal): Promise<string>
 }
 
 /** How the client authenticated, and with which key: `private_key_jwt, key kid ... (ES256)`. */
-async function clientMode (credential: TokenManager, config: Config): Promise<string> {
+async function clientMode (credential: TokenManager, config: CredentialConfig): Promise<string> {
   const mode = config.auth.mode === 'oauth2' ? config.auth.clientAuth : 'basic'
   const key = await credential.clientKey()
   return key === undefined ? mode : `${mode}, key kid ${key.kid} (${key.alg})`

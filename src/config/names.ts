@@ -17,7 +17,8 @@ const EGRESS = ['HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY']
 export function unknownVariableWarnings (names: Iterable<string>): string[] {
   const warnings: string[] = []
   for (const name of names) {
-    if (name in properties || !PREFIXES.some((p) => name.startsWith(p)) || SERVICE_LINK.test(name)) continue
+    // ROUTE_ variables are the routes' (routes.ts names the unknown ones)
+    if (name in properties || name.startsWith('ROUTE_') || !PREFIXES.some((p) => name.startsWith(p)) || SERVICE_LINK.test(name)) continue
     const nearest = nearestName(name)
     warnings.push(`${name} is not a variable of auth-sidecar${nearest === undefined ? '' : `; did you mean ${nearest}?`}`)
   }
@@ -39,7 +40,8 @@ function nearestName (name: string): string | undefined {
   return best !== undefined && (bestDistance <= Math.max(3, Math.floor(name.length / 3)) || best.startsWith(name)) ? best : undefined
 }
 
-function editDistance (a: string, b: string): number {
+/** Levenshtein's distance between two names. */
+export function editDistance (a: string, b: string): number {
   let previous = Array.from({ length: b.length + 1 }, (_, i) => i)
   for (let i = 1; i <= a.length; i++) {
     const current = [i]

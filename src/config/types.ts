@@ -45,6 +45,34 @@ export interface OAuth2Settings {
   dpop?: DpopAlgorithm
 }
 
+/**
+ * One credential: how its token is obtained and where its secrets come
+ * from. Routes that share one hold the same object.
+ */
+export interface CredentialConfig {
+  /** the route whose settings define it: `default` for the default route's */
+  name: string
+  auth: OAuth2Settings | { mode: 'basic' }
+  sources: Config['credentials']
+  /** its token is obtained by token exchange (RFC 8693) of `subject`'s */
+  exchange?: { subject: CredentialConfig, audience: string, scope?: string }
+}
+
+/** One route: an upstream, where it is served, and the credential its token comes from. */
+export interface RouteConfig {
+  /** `default`, or the route's name in lower case */
+  name: string
+  /** `scheme://host[:port]` of its BASE_URL, the only origin its token is ever sent to */
+  origin: string
+  /** its BASE_URL's path without the trailing slash; '' for none */
+  basePath: string
+  /** its own port on PROXY_HOST; undefined: served on PROXY_PORT */
+  port?: number
+  /** its prefix on PROXY_PORT ('' for the default route and the routes with a port) */
+  path: string
+  credential: CredentialConfig
+}
+
 export interface Config {
   upstream: {
     /** `scheme://host[:port]`, the only origin the token is ever sent to */
@@ -79,6 +107,8 @@ export interface Config {
   logLevel: LogLevel
   accessLog: boolean
   shutdownGraceMs: number
+  /** every route, the default route first */
+  routes: RouteConfig[]
   /** corporate egress proxy (HTTPS_PROXY, HTTP_PROXY, NO_PROXY, any case), for the upstream and the auth server */
   egress: { httpProxy?: string, httpsProxy?: string, noProxy?: string }
   /** things worth telling the operator that do not stop the start (misspelt names, say) */

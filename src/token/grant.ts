@@ -6,7 +6,11 @@ import type { PrimaryGrant } from '../config/load.js'
  * field. Sending is oauth-client.ts's; deciding when is manager.ts's.
  */
 
-export type GrantType = PrimaryGrant | 'refresh_token'
+export type GrantType = PrimaryGrant | 'refresh_token' | 'token_exchange'
+
+/** RFC 8693's grant type, and its type of token, as they go in a form. */
+export const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange'
+export const ACCESS_TOKEN_TYPE = 'urn:ietf:params:oauth:token-type:access_token'
 
 export interface TokenSet {
   accessToken: string
@@ -36,14 +40,17 @@ export class GrantError extends Error {
   readonly kind: FailureKind
   /** the OAuth `error` code, when the server sent one */
   readonly oauthError: string | undefined
+  /** the server's error_description, shortened */
+  readonly description: string | undefined
   readonly status: number | undefined
   readonly retryAfterMs: number | undefined
 
-  constructor (message: string, kind: FailureKind, details: { oauthError?: string, status?: number, retryAfterMs?: number, cause?: unknown } = {}) {
+  constructor (message: string, kind: FailureKind, details: { oauthError?: string, description?: string, status?: number, retryAfterMs?: number, cause?: unknown } = {}) {
     super(message, details.cause === undefined ? undefined : { cause: details.cause })
     this.name = 'GrantError'
     this.kind = kind
     this.oauthError = details.oauthError
+    this.description = details.description
     this.status = details.status
     this.retryAfterMs = details.retryAfterMs
   }
@@ -59,7 +66,7 @@ export interface GrantExtras {
 export type Fields = Array<[string, string]>
 
 /** A grant's form fields: its own, then the scope and AUTH_TOKEN_PARAMS; the client's part is added when it is sent. */
-export function grantFields (grant: GrantType, own: Fields, extras: GrantExtras): Fields {
+export function grantFields (grant: string, own: Fields, extras: GrantExtras): Fields {
   const fields: Fields = [['grant_type', grant], ...own]
   if (extras.scope !== undefined) fields.push(['scope', extras.scope])
   for (const [name, value] of extras.params ?? []) fields.push([name, value])
@@ -195,7 +202,16 @@ export function errorFromAnswer (answer: Answer, shorten: Shorten): GrantError {
   // Any other 4xx (invalid_grant, invalid_client, an unknown realm...) will
   // not fix itself: it is retried slowly, never in a tight loop.
   const hint = HINTS.find(([pattern]) => pattern.test(said))?.[1] ?? ''
-  return new GrantError(what + hint, 'rejected', { status: answer.status, ...(oauthError !== undefined && { oauthError }) })
+  return new GrantError(what + hint, 'rejected', { status: answer.status, description, ...(oauthError !== undefined && { oauthError }) })
+}
+
+/**
+ * Whether an exchange was refused its subject token (expired, revoked, its
+ * session ended): RFC 8693 says invalid_grant; Keycloak says
+ * invalid_request "Invalid token".
+ */
+export function refusesSubject (err: GrantError): boolean {
+  return err.kind === 'rejected' && (err.oauthError === 'invalid_grant' || (err.oauthError === 'invalid_request' && /^invalid token$/i.test(err.description ?? '')))
 }
 
 /**

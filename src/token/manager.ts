@@ -1,4 +1,4 @@
-import type { EventEmitter } from 'node:events'
+import { EventEmitter } from 'node:events'
 import { TokenUnavailableError } from '../errors.js'
 import type { Logger } from '../logger.js'
 import type { SecretScrubber } from '../secrets.js'
@@ -9,7 +9,7 @@ import type { Authorization, Credential, CredentialEvents, HeaderValue, LogoutRe
 import type { Endpoints } from './discovery.js'
 import { dpopNonceOf } from './dpop.js'
 import { classify, logFailure, notReadyText, type FailureClass } from './failures.js'
-import { GrantError, type GrantType, type TokenSet } from './grant.js'
+import { GrantError, refusesSubject, type GrantType, type TokenSet } from './grant.js'
 import type { OAuthClient } from './oauth-client.js'
 import { RejectionBackoff } from './rejection-backoff.js'
 import { backoffDelay, renewalDelay, slowRetryDelay, usableFor } from './schedule.js'
@@ -30,6 +30,8 @@ export interface TokenManagerOptions {
   random?: () => number
   /** replaces known secret values in texts before they are logged */
   secrets: SecretScrubber
+  /** the token is obtained by token exchange of another credential's, for this audience */
+  exchange?: { subject: TokenManager, audience: string, scope?: string }
 }
 
 interface HeldToken {
@@ -50,12 +52,12 @@ interface HeldRefresh {
  * Keeps one access token fresh: the password grant at start, the refresh
  * grant before expiry, the password grant again when the refresh token
  * lapses or is refused, backoff through outages, and never more than one
- * grant request in flight.
+ * grant request in flight. With `exchange`, the token is obtained and
+ * renewed by token exchange of another credential's current token instead.
  */
 export class TokenManager implements Credential {
   readonly kind = 'oauth2'
-  /** the auth server's events (its grants) and the manager's own */
-  readonly events: EventEmitter<CredentialEvents>
+  readonly events = new EventEmitter<CredentialEvents>()
   readonly #o: TokenManagerOptions
   readonly #server: OAuthClient
   readonly #clock: Clock
@@ -86,7 +88,6 @@ export class TokenManager implements Credential {
   constructor (options: TokenManagerOptions) {
     this.#o = options
     this.#server = options.server
-    this.events = options.server.events
     this.#secrets = options.secrets
     this.#clock = options.clock ?? systemClock
     this.#random = options.random ?? Math.random
@@ -182,7 +183,7 @@ export class TokenManager implements Credential {
   }
 
   async #attempt (): Promise<void> {
-    const primary = this.#server.grantType
+    const primary: GrantType = this.#o.exchange === undefined ? this.#server.grantType : 'token_exchange'
     let step: GrantType | 'discovery' = primary
     try {
       if (this.#server.needsDiscovery) {
@@ -195,7 +196,7 @@ export class TokenManager implements Credential {
       if (refresh !== undefined && (refresh.usableUntil === undefined || this.#clock.now() < refresh.usableUntil)) {
         step = 'refresh_token'
         try {
-          set = await this.#server.refreshGrant(refresh.token)
+          set = await this.#counted('refresh_token', this.#server.refreshGrant(refresh.token))
         } catch (err) {
           // invalid_grant (expired, revoked, reused, session ended) or a 200
           // without a usable token (Keycloak's in an SSO session's last
@@ -211,12 +212,66 @@ export class TokenManager implements Credential {
       }
       if (set === undefined) {
         this.#refresh = undefined
-        set = await this.#server.primaryGrant()
+        set = await this.#obtain()
       }
       this.#store(set, step as GrantType)
     } catch (err) {
       if (this.#stopped) return
       this.#failed(step, err)
+    }
+  }
+
+  /** A new token: the configured grant, or an exchange of the subject credential's. */
+  async #obtain (): Promise<TokenSet> {
+    const exchange = this.#o.exchange
+    if (exchange === undefined) return await this.#counted(this.#server.grantType, this.#server.primaryGrant())
+    const { subject, audience, scope } = exchange
+    const token = await subject.accessToken()
+    try {
+      return await this.#counted('token_exchange', this.#server.exchange(token, audience, scope))
+    } catch (err) {
+      // The subject token refused (expired, revoked, its session ended):
+      // a new one, once, and the refused one is never sent again.
+      if (!(err instanceof GrantError && refusesSubject(err)) || this.#stopped) throw err
+      this.#o.log.info({ event: 'token', grant: 'token_exchange', outcome: 'rejected', reason: this.#secrets.scrub(err.message) }, 'the subject token was refused: renewing it, then exchanging again')
+      const renewed = await subject.renewRefused(token)
+      if (renewed === token) throw err
+      return await this.#counted('token_exchange', this.#server.exchange(renewed, audience, scope))
+    }
+  }
+
+  /** A grant's outcome, told to whoever counts them. */
+  async #counted (grant: GrantType, sent: Promise<TokenSet>): Promise<TokenSet> {
+    try {
+      const set = await sent
+      this.events.emit('grant', grant, 'success')
+      return set
+    } catch (err) {
+      this.events.emit('grant', grant, err instanceof GrantError && err.kind === 'rejected' ? 'rejected' : 'error')
+      throw err
+    }
+  }
+
+  /** The current access token itself, for an exchange: waits (bounded) as authorize() does. */
+  async accessToken (): Promise<string> {
+    await this.authorize()
+    return this.#token!.accessToken
+  }
+
+  /**
+   * An exchange was refused this token (the subject's): it is dropped and
+   * a new one obtained, unless it was replaced already; resolves with the
+   * token then current (the same one when none could be had).
+   */
+  async renewRefused (token: string): Promise<string> {
+    if (this.#token?.accessToken === token) {
+      this.#token = undefined
+      this.#renewNow()
+    }
+    try {
+      return await this.accessToken()
+    } catch {
+      return token
     }
   }
 
@@ -245,12 +300,13 @@ export class TokenManager implements Credential {
    * (the `check` command): discovery first if it has not run. The token is
    * held as after any grant. Throws a GrantError whose message is scrubbed.
    */
-  async grantOnce (): Promise<{ grant: PrimaryGrant, tokenUrl: string, set: TokenSet }> {
+  async grantOnce (): Promise<{ grant: PrimaryGrant | 'token_exchange', tokenUrl: string, set: TokenSet }> {
     try {
       await this.#server.discover()
-      const set = await this.#server.primaryGrant()
-      this.#store(set, this.#server.grantType)
-      return { grant: this.#server.grantType, tokenUrl: this.#server.tokenUrl ?? '', set }
+      const set = await this.#obtain()
+      const grant = this.#o.exchange === undefined ? this.#server.grantType : 'token_exchange'
+      this.#store(set, grant)
+      return { grant, tokenUrl: this.#server.tokenUrl ?? '', set }
     } catch (err) {
       throw this.#scrubbed(err)
     }
@@ -259,6 +315,10 @@ export class TokenManager implements Credential {
   async endSession (timeoutMs: number): Promise<LogoutResult> {
     // a grant stop() aborted may still have been answered: its session is the one to end
     await this.#inflight
+    if (this.#o.exchange !== undefined) {
+      this.#token = undefined
+      return { outcome: 'skipped', detail: 'an exchanged token opens no session of its own: its subject credential\'s is ended' }
+    }
     const late = this.#lateGrant
     const held = late !== undefined
       ? { refreshToken: late.refreshToken, accessToken: late.accessToken }
@@ -290,7 +350,8 @@ export class TokenManager implements Credential {
     }
     const now = this.#clock.now()
     this.#token = { authorization: this.#authorizationFor(set.accessToken), accessToken: set.accessToken, receivedAt: now, lifetimeMs: set.expiresInMs, usableUntil: now + usableFor(set.expiresInMs) }
-    this.#refresh = set.refreshToken === undefined
+    // an exchanged token is renewed by a new exchange, never refreshed
+    this.#refresh = set.refreshToken === undefined || this.#o.exchange !== undefined
       ? undefined
       : {
           token: set.refreshToken,

@@ -1,4 +1,3 @@
-import { EventEmitter } from 'node:events'
 import * as oauth from 'oauth4webapi'
 import type { Credentials } from '../config/credentials.js'
 import type { PrimaryGrant } from '../config/load.js'
@@ -6,10 +5,9 @@ import type { Logger } from '../logger.js'
 import type { SecretScrubber } from '../secrets.js'
 import type { ClientAuthenticator } from './client-auth.js'
 import type { Clock } from './clock.js'
-import type { CredentialEvents } from './credential.js'
 import { checkDiscovery, wellKnownUrl, type Endpoints } from './discovery.js'
 import { dpopNonceOf, htuOf, type DpopKey } from './dpop.js'
-import { answerOf, checkTokenAnswer, GrantError, grantFields, oauthErrorOf, type Answer, type Fields, type GrantExtras, type GrantType, type TokenSet } from './grant.js'
+import { ACCESS_TOKEN_TYPE, answerOf, checkTokenAnswer, GrantError, grantFields, oauthErrorOf, TOKEN_EXCHANGE, type Answer, type Fields, type GrantExtras, type TokenSet } from './grant.js'
 import { fetchOver, type AuthHttp } from './http.js'
 
 export interface OAuthClientOptions {
@@ -48,8 +46,6 @@ export type RequestPurpose = 'token' | 'discovery' | 'logout'
  * a GrantError.
  */
 export class OAuthClient {
-  /** each grant's outcome, as it is known */
-  readonly events = new EventEmitter<CredentialEvents>()
   readonly #o: OAuthClientOptions
   readonly #client: oauth.Client
   readonly #fetch: ReturnType<typeof fetchOver>
@@ -139,16 +135,31 @@ export class OAuthClient {
 
   /** The configured grant (password or client_credentials), with the credentials as they are now. */
   async primaryGrant (): Promise<TokenSet> {
-    if (this.grantType === 'client_credentials') return await this.#send('client_credentials', () => [])
+    if (this.grantType === 'client_credentials') return await this.#send('client_credentials', () => [], this.#o.extras)
     return await this.#send('password', (creds) => {
       this.#o.secrets.add(creds.password)
       return [['username', creds.username ?? ''], ['password', creds.password ?? '']]
-    })
+    }, this.#o.extras)
   }
 
   /** The refresh grant. */
   async refreshGrant (refreshToken: string): Promise<TokenSet> {
-    return await this.#send('refresh_token', () => [['refresh_token', refreshToken]])
+    return await this.#send('refresh_token', () => [['refresh_token', refreshToken]], this.#o.extras)
+  }
+
+  /**
+   * Token exchange (RFC 8693) of `subjectToken`, an access token of this
+   * client's, for one for `audience`: its own fields and the client's
+   * authentication only (AUTH_SCOPE and AUTH_TOKEN_PARAMS are the grants').
+   */
+  async exchange (subjectToken: string, audience: string, scope: string | undefined): Promise<TokenSet> {
+    return await this.#send(TOKEN_EXCHANGE, () => [
+      ['subject_token', subjectToken],
+      ['subject_token_type', ACCESS_TOKEN_TYPE],
+      ['requested_token_type', ACCESS_TOKEN_TYPE],
+      ['audience', audience],
+      ...(scope === undefined ? [] : [['scope', scope] as [string, string]])
+    ], {})
   }
 
   /** The client's key as its assertions name it (private_key_jwt), for `check`. */
@@ -157,34 +168,27 @@ export class OAuthClient {
   }
 
   /** One grant, its fields made from the credentials as they are now. */
-  async #send (grant: GrantType, own: (creds: Credentials) => Fields): Promise<TokenSet> {
+  async #send (grant: string, own: (creds: Credentials) => Fields, extras: GrantExtras): Promise<TokenSet> {
     const creds = await this.#o.credentials.read()
     this.#o.secrets.add(creds.clientSecret)
-    const fields = grantFields(grant, own(creds), this.#o.extras)
+    const fields = grantFields(grant, own(creds), extras)
     try {
-      let set: TokenSet
-      try {
-        set = await this.#post(grant, this.#tokenUrl ?? '', fields, creds)
-      } catch (err) {
-        const alternate = this.#alternateTokenUrl
-        if (!(err instanceof GrantError) || err.kind !== 'wrong_url' || alternate === undefined || this.#stopped) throw err
-        // Keycloak 17+ serves without /auth, older ones with it: the URL was
-        // derived from AUTH_URL, so the other layout is tried, once.
-        this.#alternateTokenUrl = undefined
-        set = await this.#post(grant, alternate, fields, creds).catch((again: unknown) => {
-          // only a token endpoint judges a grant: 400 or 401 with an OAuth error
-          const judged = again instanceof GrantError && again.kind === 'rejected' && (again.status === 400 || again.status === 401) && again.oauthError !== undefined
-          if (!judged) throw err
-          this.#useAlternate(alternate)
-          throw again
-        })
-        this.#useAlternate(alternate)
-      }
-      this.events.emit('grant', grant, 'success')
-      return set
+      return await this.#post(grant, this.#tokenUrl ?? '', fields, creds)
     } catch (err) {
-      this.events.emit('grant', grant, (err as GrantError).kind === 'rejected' ? 'rejected' : 'error')
-      throw err
+      const alternate = this.#alternateTokenUrl
+      if (!(err instanceof GrantError) || err.kind !== 'wrong_url' || alternate === undefined || this.#stopped) throw err
+      // Keycloak 17+ serves without /auth, older ones with it: the URL was
+      // derived from AUTH_URL, so the other layout is tried, once.
+      this.#alternateTokenUrl = undefined
+      const set = await this.#post(grant, alternate, fields, creds).catch((again: unknown) => {
+        // only a token endpoint judges a grant: 400 or 401 with an OAuth error
+        const judged = again instanceof GrantError && again.kind === 'rejected' && (again.status === 400 || again.status === 401) && again.oauthError !== undefined
+        if (!judged) throw err
+        this.#useAlternate(alternate)
+        throw again
+      })
+      this.#useAlternate(alternate)
+      return set
     }
   }
 
@@ -200,7 +204,7 @@ export class OAuthClient {
    * DPoP mode a `use_dpop_nonce` answer is followed by one more try, the
    * proof then carrying the nonce the server sent; never a loop.
    */
-  async #post (grant: GrantType, url: string, fields: Fields, creds: Credentials): Promise<TokenSet> {
+  async #post (grant: string, url: string, fields: Fields, creds: Credentials): Promise<TokenSet> {
     const as = this.#metadata(url)
     for (let attempt = 0; ; attempt++) {
       const auth = await this.#o.client.forRequest(creds, url)

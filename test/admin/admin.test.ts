@@ -14,8 +14,8 @@ t.test('healthz is 200; readyz follows the token; metrics are Prometheus text', 
   t.match(metrics.headers['content-type'], /^text\/plain; version=0\.0\.4/)
   t.match(metrics.body, /^# TYPE auth_sidecar_ready gauge$/m)
   t.match(metrics.body, /^auth_sidecar_ready 0$/m, 'not ready: 0')
-  t.match(metrics.body, /^auth_sidecar_token_expires_in_seconds 0$/m, 'no token: 0 s')
-  t.match(metrics.body, /^auth_sidecar_token_grants_total\{grant_type="password",outcome="rejected"\} [1-9]/m, 'the rejection counted')
+  t.match(metrics.body, /^auth_sidecar_token_expires_in_seconds\{route="default"\} 0$/m, 'no token: 0 s')
+  t.match(metrics.body, /^auth_sidecar_token_grants_total\{grant_type="password",outcome="rejected",route="default"\} [1-9]/m, 'the rejection counted')
 
   h.tokenServer.users['service-user'] = 'service-password-9f8e7d'
   h.app.credential.answered({ header: 'none', prove: undefined }, 401, undefined, undefined) // a no-op: rejected() for an unknown header changes nothing
@@ -32,10 +32,10 @@ t.test('readyz turns 200 with a token; metrics show grants, expiry and requests 
   const metrics = await send(`${h.adminUrl}/metrics`)
   t.equal(metrics.status, 200)
   t.match(metrics.headers['content-type'], /^text\/plain/)
-  t.match(metrics.body, /auth_sidecar_token_grants_total\{grant_type="password",outcome="success"\} 1/)
-  t.match(metrics.body, /auth_sidecar_token_expires_in_seconds 29\d\.\d+/)
-  t.match(metrics.body, /auth_sidecar_proxy_request_duration_seconds_count\{status="200"\} 1/)
-  t.match(metrics.body, /auth_sidecar_proxy_request_duration_seconds_count\{status="404"\} 1/)
+  t.match(metrics.body, /auth_sidecar_token_grants_total\{grant_type="password",outcome="success",route="default"\} 1/)
+  t.match(metrics.body, /auth_sidecar_token_expires_in_seconds\{route="default"\} 29\d\.\d+/)
+  t.match(metrics.body, /auth_sidecar_proxy_request_duration_seconds_count\{status="200",route="default"\} 1/)
+  t.match(metrics.body, /auth_sidecar_proxy_request_duration_seconds_count\{status="404",route="default"\} 1/)
   t.match(metrics.body, /auth_sidecar_ready 1/)
   const token = h.app.credential.current()!.header.slice(7)
   t.notMatch(metrics.body, token)

@@ -9,7 +9,7 @@ t.test('ACCESS_LOG=false: no line per request, token events still logged', async
   const records = h.log.records()
   t.equal(records.filter((r) => r.msg === 'request').length, 0)
   t.ok(records.some((r) => r.msg === 'token obtained'))
-  t.match((await send(`${h.adminUrl}/metrics`)).body, /auth_sidecar_proxy_request_duration_seconds_count\{status="200"\} 3/, 'metrics still count them')
+  t.match((await send(`${h.adminUrl}/metrics`)).body, /auth_sidecar_proxy_request_duration_seconds_count\{status="200",route="default"\} 3/, 'metrics still count them')
 })
 
 t.test('metrics: conventional process names, every series of the sidecar\'s counters at 0 from the first scrape, build info', async (t) => {
@@ -23,12 +23,12 @@ t.test('metrics: conventional process names, every series of the sidecar\'s coun
   t.notMatch(body, /auth_sidecar_process_|auth_sidecar_nodejs_/)
   const series = (name: string): string[] => body.split('\n').filter((l) => l.startsWith(`${name}{`))
   const grants = series('auth_sidecar_token_grants_total')
-  t.equal(grants.length, 9, 'three grant types times three outcomes')
-  for (const grant of ['password', 'client_credentials', 'refresh_token']) {
-    for (const outcome of ['success', 'rejected', 'error']) t.ok(grants.includes(`auth_sidecar_token_grants_total{grant_type="${grant}",outcome="${outcome}"} 0`), `${grant} ${outcome} at 0`)
+  t.equal(grants.length, 12, 'four grant types times three outcomes')
+  for (const grant of ['password', 'client_credentials', 'refresh_token', 'token_exchange']) {
+    for (const outcome of ['success', 'rejected', 'error']) t.ok(grants.includes(`auth_sidecar_token_grants_total{grant_type="${grant}",outcome="${outcome}",route="default"} 0`), `${grant} ${outcome} at 0`)
   }
-  t.same(series('auth_sidecar_upstream_errors_total').sort(), ['unreachable', 'timeout', 'reset'].map((r) => `auth_sidecar_upstream_errors_total{reason="${r}"} 0`).sort())
-  t.same(series('auth_sidecar_logouts_total').sort(), ['success', 'rejected', 'error', 'skipped'].map((o) => `auth_sidecar_logouts_total{outcome="${o}"} 0`).sort())
+  t.same(series('auth_sidecar_upstream_errors_total').sort(), ['unreachable', 'timeout', 'reset'].map((r) => `auth_sidecar_upstream_errors_total{reason="${r}",route="default"} 0`).sort())
+  t.same(series('auth_sidecar_logouts_total').sort(), ['success', 'rejected', 'error', 'skipped'].map((o) => `auth_sidecar_logouts_total{outcome="${o}",route="default"} 0`).sort())
   t.match(body, /^auth_sidecar_ready 0$/m)
   t.match(body, /^auth_sidecar_build_info\{version="\d+\.\d+\.\d+[^"]*"\} 1$/m)
 })
@@ -43,13 +43,13 @@ t.test('the sidecar\'s own 502 and 504 are counted by reason, apart from the ups
   t.equal((await send(`${h.proxyUrl}/_reset`, { method: 'POST', body: 'x' })).status, 502)
   t.equal((await send(`${h.proxyUrl}/_status/502`)).status, 502, 'the upstream\'s own 502 is relayed, not counted')
   const body = (await send(`${h.adminUrl}/metrics`)).body
-  t.match(body, 'auth_sidecar_upstream_errors_total{reason="timeout"} 1')
-  t.match(body, 'auth_sidecar_upstream_errors_total{reason="reset"} 1')
-  t.match(body, 'auth_sidecar_upstream_errors_total{reason="unreachable"} 0')
+  t.match(body, 'auth_sidecar_upstream_errors_total{reason="timeout",route="default"} 1')
+  t.match(body, 'auth_sidecar_upstream_errors_total{reason="reset",route="default"} 1')
+  t.match(body, 'auth_sidecar_upstream_errors_total{reason="unreachable",route="default"} 0')
   const down = await build(t, { BASE_URL: `http://127.0.0.1:${closed}` })
   await until(() => down.app.credential.ready())
   t.equal((await send(`${down.proxyUrl}/x`)).status, 502)
-  t.match((await send(`${down.adminUrl}/metrics`)).body, 'auth_sidecar_upstream_errors_total{reason="unreachable"} 1')
+  t.match((await send(`${down.adminUrl}/metrics`)).body, 'auth_sidecar_upstream_errors_total{reason="unreachable",route="default"} 1')
 })
 
 t.test('readyz names the reason it knows: token endpoint unreachable', async (t) => {

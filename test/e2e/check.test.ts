@@ -334,3 +334,35 @@ t.test('check in DPoP mode: an upstream that refuses the proof, or takes bearer 
   const bearer = await check(env, ['--path', '/bearer'])
   t.match(bearer.lines.at(-2), /^FAIL upstream: GET \S+\/bearer answered 401 without a DPoP challenge: .*set AUTH_DPOP=false/)
 })
+
+t.test('check with routes: every credential\'s grant or exchange and every route\'s upstream, each line naming its route; the failing one named', async (t) => {
+  const s = await servers(t, { exchange: { 'legacy-app': ['reports-api'] } })
+  const reports = new FakeUpstream(s.tokenServer)
+  await reports.listen()
+  t.teardown(async () => await reports.close())
+  const env = {
+    ...s.env,
+    ROUTE_REPORTS_BASE_URL: `${reports.url}/r`,
+    ROUTE_REPORTS_PATH: '/reports',
+    ROUTE_REPORTS_AUTH_EXCHANGE_AUDIENCE: 'reports-api',
+    ROUTE_SHARED_BASE_URL: reports.url,
+    ROUTE_SHARED_PORT: '0'
+  }
+  const { code, lines, output } = await check(env, ['--path', '/_verify'])
+  t.equal(code, CHECK_EXIT.ok, output)
+  t.match(lines[0], /^ok {3}configuration: oauth2, .*; route reports on path \/reports to http:\/\/\S+\/r, token exchange for audience reports-api; route shared on port 0 to http:\/\/\S+, route default's credential$/)
+  t.match(lines[1], /^ok {3}grant \(route default\): password grant at /)
+  t.match(lines[2], /^ok {3}exchange \(route reports\): token exchange at \S+ of route default's token for audience reports-api: access token for 300 s, no refresh token .*audience reports-api/)
+  t.match(lines[3], /^ok {3}upstream \(route default\): GET \S+\/api\/_verify answered 200/)
+  t.match(lines[4], /^ok {3}upstream \(route reports\): GET \S+\/r\/_verify answered 200/)
+  t.match(lines[5], /^ok {3}upstream \(route shared\): GET \S+\/_verify answered 200/)
+  t.match(lines[6], /^ok {3}session \(route default\): session ended/)
+  t.equal(lines.length, 7)
+  noSecrets(t, output, s.tokenServer)
+
+  const refused = await check({ ...env, ROUTE_REPORTS_AUTH_EXCHANGE_AUDIENCE: 'finance-api' }, ['--path', '/_verify'])
+  t.equal(refused.code, CHECK_EXIT.grant)
+  t.match(refused.output, /^FAIL exchange \(route reports\): token endpoint answered 400 invalid_request \(Requested audience not available: finance-api\)/m)
+  t.match(refused.output, /^ok {3}upstream \(route shared\)/m, 'the other routes are still checked')
+  t.notMatch(refused.output, /upstream \(route reports\)/, 'the route without a token is not tried')
+})

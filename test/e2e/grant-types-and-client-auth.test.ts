@@ -17,7 +17,7 @@ t.test('client_credentials: a service account without a user; renewal is a new c
   h.tokenServer.revoke(h.app.credential.current()!.header.slice('Bearer '.length))
   t.equal((await get(`${h.proxyUrl}/_verify`)).status, 200, 'renewed and replayed')
   t.same(h.tokenServer.grants.map((g) => g.grantType), ['client_credentials', 'client_credentials'])
-  t.equal(await metric(h.adminUrl, 'auth_sidecar_token_grants_total{grant_type="client_credentials",outcome="success"}'), 2)
+  t.equal(await metric(h.adminUrl, 'auth_sidecar_token_grants_total{grant_type="client_credentials",outcome="success",route="default"}'), 2)
 })
 
 t.test('client_credentials: a refresh token, when one is issued, is used as for the password grant', async (t) => {

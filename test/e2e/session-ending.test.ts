@@ -39,8 +39,8 @@ t.test('ending the session never delays the exit beyond TOKEN_TIMEOUT_MS, and is
   t.ok(took < 3_000, `closed in ${took} ms with the end-session endpoint hanging (limit 300 ms, grace 10 s)`)
   t.match(h.log.records().find((r) => r.event === 'logout')!, { outcome: 'error', msg: /session not ended: logout request timed out after 300 ms/ })
   const text = await h.app.metrics.registry.metrics()
-  t.match(text, /auth_sidecar_logouts_total\{outcome="error"\} 1/)
-  t.match(text, /auth_sidecar_logouts_total\{outcome="success"\} 0/)
+  t.match(text, /auth_sidecar_logouts_total\{outcome="error",route="default"\} 1/)
+  t.match(text, /auth_sidecar_logouts_total\{outcome="success",route="default"\} 0/)
 })
 
 t.test('a grace period of 0: the session is still ended, after the drain', async (t) => {

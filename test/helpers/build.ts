@@ -16,6 +16,8 @@ export interface Harness {
   upstream: FakeUpstream
   proxyUrl: string
   proxyPort: number
+  /** the routes with a port of their own, by name */
+  routeUrls: Record<string, string>
   adminUrl: string
   log: ReturnType<typeof captureLogger>
 }
@@ -52,7 +54,7 @@ export async function build (t: Test, env: Record<string, string> = {}, tokenOpt
   tokenServer.faults.push(...(deps.faults ?? []))
   const log = captureLogger()
   const app = await buildApp(config, { logger: log.logger, ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }) })
-  const { proxy, admin } = await app.listen()
+  const { proxy, admin, routes } = await app.listen()
   t.teardown(async () => {
     await app.close(500)
     await upstream.close()
@@ -64,6 +66,7 @@ export async function build (t: Test, env: Record<string, string> = {}, tokenOpt
     upstream,
     proxyUrl: `http://127.0.0.1:${proxy.port}`,
     proxyPort: proxy.port,
+    routeUrls: Object.fromEntries(Object.entries(routes).map(([name, address]) => [name, `http://127.0.0.1:${address.port}`])),
     adminUrl: `http://127.0.0.1:${admin.port}`,
     log
   }

@@ -21,7 +21,7 @@ async function dpopSidecar (t: Test, options: { nonce?: boolean, env?: Record<st
 const keyOf = (h: Harness): { alg: string, thumbprint: string } => (h.app.credential as TokenManager).dpopKey!
 
 const refused = (adminUrl: string, reason: string): Promise<number> =>
-  metric(adminUrl, `auth_sidecar_dpop_proofs_refused_total{reason="${reason}"}`)
+  metric(adminUrl, `auth_sidecar_dpop_proofs_refused_total{reason="${reason}",route="default"}`)
 
 t.test('every request carries the DPoP-bound token and a fresh proof for its method and upstream URL', async (t) => {
   const { h, api } = await dpopSidecar(t)

@@ -36,8 +36,8 @@ t.test('refusals and the sidecar\'s own errors get an access-log line and a metr
   await until(() => accessLines(h).length === 2)
   t.same(accessLines(h).map((l) => l.status), [405, 400])
   const metrics = await send(`${h.adminUrl}/metrics`)
-  t.match(metrics.body, /auth_sidecar_proxy_request_duration_seconds_count\{status="400"\} 1/)
-  t.match(metrics.body, /auth_sidecar_proxy_request_duration_seconds_count\{status="405"\} 1/)
+  t.match(metrics.body, /auth_sidecar_proxy_request_duration_seconds_count\{status="400",route="default"\} 1/)
+  t.match(metrics.body, /auth_sidecar_proxy_request_duration_seconds_count\{status="405",route="default"\} 1/)
 })
 
 t.test('a GET that carries a body: Fastify does not read it, so none is announced upstream', async (t) => {

@@ -132,7 +132,7 @@ t.test('clients that leave: their queued requests never reach the upstream, thos
   t.ok(h.upstream.connections <= 8, `and no connection was opened for them (${h.upstream.connections} in all)`)
   const failures = h.log.records().filter((r) => r.msg === 'upstream request failed')
   t.same(failures, [], 'not logged as the upstream\'s failure')
-  t.equal(await metric(h.adminUrl, 'auth_sidecar_upstream_errors_total{reason="reset"}'), 0)
+  t.equal(await metric(h.adminUrl, 'auth_sidecar_upstream_errors_total{reason="reset",route="default"}'), 0)
   t.equal((await send(`${h.proxyUrl}/after`)).status, 200, 'the pool serves the next client')
 })
 
@@ -172,7 +172,7 @@ t.test('an upstream that closes in the middle of a body: logged and counted as t
   const line = h.log.records().find((r) => r.msg === 'request')!
   t.equal(line.status, 502, 'the access line says the upstream failed, not 499')
   t.ok(h.log.records().some((r) => r.level === 40 && r.upstreamError !== undefined && r.requestId === line.requestId), 'a warning names the upstream\'s error')
-  t.equal(await metric(h.adminUrl, 'auth_sidecar_upstream_errors_total{reason="reset"}'), 1)
+  t.equal(await metric(h.adminUrl, 'auth_sidecar_upstream_errors_total{reason="reset",route="default"}'), 1)
   t.same(stackIn(h.log.lines), [], 'no stack trace')
 })
 
@@ -188,7 +188,7 @@ t.test('a client that stops in the middle of an upload: its own 499, not counted
   await new Promise((resolve) => setTimeout(resolve, 200))
   t.same(h.log.records().filter((r) => r.msg === 'request').map((r) => r.status), [499], 'one access line, the client\'s 499')
   t.same(h.log.records().filter((r) => (r.level as number) >= 40).map((r) => r.msg), [], 'no warning: nothing failed on the upstream side')
-  t.equal(await metric(h.adminUrl, 'auth_sidecar_upstream_errors_total{reason="reset"}'), 0)
+  t.equal(await metric(h.adminUrl, 'auth_sidecar_upstream_errors_total{reason="reset",route="default"}'), 0)
   t.same(stackIn(h.log.lines), [], 'no stack trace')
 })
 
@@ -203,7 +203,7 @@ t.test('interim answers do not extend UPSTREAM_TIMEOUT_MS: 103s every half secon
   const res = await send(`${h.proxyUrl}/hints`)
   t.equal(res.status, 504)
   t.ok(Date.now() - started < 2_500, `answered after ${Date.now() - started} ms against a timeout of 1200`)
-  t.equal(await metric(h.adminUrl, 'auth_sidecar_upstream_errors_total{reason="timeout"}'), 1)
+  t.equal(await metric(h.adminUrl, 'auth_sidecar_upstream_errors_total{reason="timeout",route="default"}'), 1)
 })
 
 t.test('an endless stream of 102s is cut after a few: 502 at once, the CPU spared', async (t) => {

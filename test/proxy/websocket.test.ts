@@ -381,5 +381,5 @@ t.test('a handshake answered with a status outside 200-599: 502, and no such sta
   t.equal(statusOf(await rawRequest(h.proxyPort, `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}\r\n`)), 502)
   const metrics = await (await fetch(`${h.adminUrl}/metrics`)).text()
   t.notMatch(metrics, /status="777"/)
-  t.match(metrics, /auth_sidecar_proxy_request_duration_seconds_count\{status="502"\} 1/)
+  t.match(metrics, /auth_sidecar_proxy_request_duration_seconds_count\{status="502",route="default"\} 1/)
 })

@@ -1,0 +1,196 @@
+import envSchema from 'env-schema'
+import { parseAuth, type AuthSettings } from './auth.js'
+import { editDistance } from './names.js'
+import { envJsonSchema, properties } from './schema.js'
+import type { CredentialConfig, RouteConfig } from './types.js'
+import { parseHttpUrl, plainWords, type Raw, type SchemaError } from './values.js'
+
+/** The AUTH_* variables: what a route may set for itself, and what it takes from the default route otherwise. */
+export const AUTH_VARIABLES = Object.keys(properties).filter((name) => name.startsWith('AUTH_'))
+
+/** The settings of a named route: `ROUTE_<NAME>_<SETTING>`. */
+const ROUTE_SETTINGS = [
+  'BASE_URL', 'PORT', 'PATH', 'AUTH_EXCHANGE_AUDIENCE', 'AUTH_EXCHANGE_SCOPE',
+  ...AUTH_VARIABLES
+].sort((a, b) => b.length - a.length)
+
+/** Kubernetes' service links (a Service named route-x gives ROUTE_X_SERVICE_HOST, ROUTE_X_PORT=tcp://...): not routes. */
+const SERVICE_LINK = /_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)$/
+
+const NAME = /^[A-Z0-9_]+$/
+/** A path prefix: whole segments of unreserved characters. */
+const PATH = /^(\/[A-Za-z0-9\-._~]+)+\/?$/
+
+export interface RouteInput {
+  /** every variable set, after `.env` */
+  env: Record<string, string>
+  /** the default route's AUTH_* values as set (before the schema's defaults) */
+  defaultAuth: Record<string, unknown>
+  /** the default route's credential */
+  defaultCredential: CredentialConfig
+  /** the default route */
+  defaultRoute: RouteConfig
+  proxyPort: number
+  adminPort: number
+  cwd: string
+}
+
+/**
+ * The named routes (`ROUTE_<NAME>_*`), each with its upstream, where it is
+ * served (its own port, or a path prefix on PROXY_PORT), and its
+ * credential: its AUTH_* settings over the default route's; routes whose
+ * settings come out the same share one credential object, and so one
+ * token. A route's name may contain `_`: the setting is the longest known
+ * one at the end of the variable. Every mistake is named with its route.
+ */
+export function parseRoutes (o: RouteInput, problems: string[], warnings: string[]): RouteConfig[] {
+  const settings = new Map<string, Record<string, string>>()
+  const unknown: string[] = []
+  for (const [variable, value] of Object.entries(o.env)) {
+    if (!variable.startsWith('ROUTE_') || SERVICE_LINK.test(variable)) continue
+    const rest = variable.slice('ROUTE_'.length)
+    const setting = ROUTE_SETTINGS.find((s) => rest.endsWith(`_${s}`) && NAME.test(rest.slice(0, -s.length - 1)) && rest.length > s.length + 1)
+    if (setting === undefined) {
+      unknown.push(variable)
+      continue
+    }
+    if (setting === 'PORT' && /^tcp:\/\//.test(value)) continue // a service link
+    const name = rest.slice(0, -setting.length - 1)
+    settings.set(name, { ...settings.get(name), [setting]: value })
+  }
+  for (const variable of unknown) {
+    const nearest = nearestRouteVariable(variable, [...settings.keys()])
+    problems.push(`${variable} is not a route setting${nearest === undefined ? ' (ROUTE_<NAME>_BASE_URL, _PORT, _PATH, _AUTH_...)' : `; did you mean ${nearest}?`}`)
+  }
+
+  const credentials = new Map<string, CredentialConfig>([[keyOf(o.defaultAuth), o.defaultCredential]])
+  const routes: RouteConfig[] = []
+  for (const [upper, set] of [...settings].sort(([a], [b]) => a.localeCompare(b))) {
+    const name = upper.toLowerCase()
+    const said = (text: string): string => `route ${name}: ${text}`
+    if (upper === 'DEFAULT') {
+      problems.push(said('the name is the default route\'s; choose another'))
+      continue
+    }
+    const upstream = parseHttpUrl(`ROUTE_${upper}_BASE_URL` as never, set.BASE_URL, problems, true)
+    const where = placeOf(upper, set, o, problems)
+    const credential = credentialOf(name, upper, set, o, credentials, problems, warnings)
+    if (upstream === undefined || where === undefined || credential === undefined) continue
+    routes.push({ name, origin: upstream.origin, basePath: upstream.pathname.replace(/\/+$/, ''), ...where, credential })
+  }
+
+  // one route per port and per prefix
+  const taken = new Map<string, string>()
+  for (const route of [o.defaultRoute, ...routes]) {
+    const place = route.port !== undefined ? `port ${route.port}` : `path ${route.path}`
+    if (route.port === 0) continue
+    const other = taken.get(place)
+    if (other !== undefined) problems.push(`route ${route.name}: ${place} is route ${other}'s too`)
+    else taken.set(place, route.name)
+  }
+  return routes
+}
+
+/** Where a route is served: ROUTE_<NAME>_PORT or ROUTE_<NAME>_PATH, exactly one. */
+function placeOf (upper: string, set: Record<string, string>, o: RouteInput, problems: string[]): { port: number, path: '' } | { path: string } | undefined {
+  const name = upper.toLowerCase()
+  if ((set.PORT === undefined) === (set.PATH === undefined)) {
+    problems.push(`route ${name}: set exactly one of ROUTE_${upper}_PORT (its own port) and ROUTE_${upper}_PATH (a prefix on PROXY_PORT)`)
+    return undefined
+  }
+  if (set.PORT !== undefined) {
+    const port = Number(set.PORT)
+    if (!/^\d+$/.test(set.PORT) || port > 65535) {
+      problems.push(`ROUTE_${upper}_PORT must be a port number, 0 to 65535`)
+      return undefined
+    }
+    if (port !== 0 && (port === o.proxyPort || port === o.adminPort)) {
+      problems.push(`route ${name}: ROUTE_${upper}_PORT is ${port === o.proxyPort ? 'PROXY_PORT' : 'ADMIN_PORT'}; a route's port is its own (or use ROUTE_${upper}_PATH for a prefix on PROXY_PORT)`)
+      return undefined
+    }
+    return { port, path: '' }
+  }
+  const path = set.PATH!
+  if (!PATH.test(path) || path.split('/').some((segment) => /^\.+$/.test(segment))) {
+    problems.push(`ROUTE_${upper}_PATH must be a path prefix such as /billing: segments of letters, digits and -._~`)
+    return undefined
+  }
+  return { path: path.replace(/\/+$/, '') }
+}
+
+/** The credential a route's token comes from: its own AUTH_* over the default's, by token exchange if it says so. */
+function credentialOf (name: string, upper: string, set: Record<string, string>, o: RouteInput, credentials: Map<string, CredentialConfig>, problems: string[], warnings: string[]): CredentialConfig | undefined {
+  const own = Object.fromEntries(Object.entries(set).filter(([setting]) => setting.startsWith('AUTH_') && !setting.startsWith('AUTH_EXCHANGE_')))
+  const effective = { ...o.defaultAuth, ...own }
+  const key = keyOf(effective)
+  let base = credentials.get(key)
+  if (base === undefined) {
+    const parsed = authOf(name, upper, effective, o, problems, warnings)
+    if (parsed === undefined) return undefined
+    base = { name, auth: parsed.auth, sources: parsed.credentials }
+    credentials.set(key, base)
+  }
+  const audience = set.AUTH_EXCHANGE_AUDIENCE
+  if (audience === undefined) {
+    if (set.AUTH_EXCHANGE_SCOPE !== undefined) problems.push(`route ${name}: ROUTE_${upper}_AUTH_EXCHANGE_SCOPE is used only with ROUTE_${upper}_AUTH_EXCHANGE_AUDIENCE`)
+    return base
+  }
+  if (base.auth.mode !== 'oauth2') {
+    problems.push(`route ${name}: token exchange needs a token to exchange; its credential is in basic mode`)
+    return undefined
+  }
+  const exchangeKey = JSON.stringify([key, audience, set.AUTH_EXCHANGE_SCOPE ?? null])
+  let exchanged = credentials.get(exchangeKey)
+  if (exchanged === undefined) {
+    exchanged = { ...base, name, exchange: { subject: base, audience, ...(set.AUTH_EXCHANGE_SCOPE !== undefined && { scope: set.AUTH_EXCHANGE_SCOPE }) } }
+    credentials.set(exchangeKey, exchanged)
+  }
+  return exchanged
+}
+
+/** A route's AUTH_* settings checked as the default route's are, its problems said with its name. */
+function authOf (name: string, upper: string, data: Record<string, unknown>, o: RouteInput, problems: string[], warnings: string[]): AuthSettings | undefined {
+  const said = (text: string): string => `route ${name}: ${text.replace(/\b(AUTH_[A-Z_]+)/g, (variable) => variable in data && !(variable in o.defaultAuth && o.defaultAuth[variable] === data[variable]) ? `ROUTE_${upper}_${variable}` : variable)}`
+  const schema = { ...envJsonSchema, properties: Object.fromEntries(AUTH_VARIABLES.map((v) => [v, envJsonSchema.properties[v]])) }
+  let raw: Raw
+  try {
+    raw = envSchema({ schema, data, env: false, dotenv: false }) as Raw
+  } catch (err) {
+    const errors = (err as { errors?: SchemaError[] }).errors
+    if (errors === undefined) throw err
+    for (const e of errors) problems.push(said(`${e.instancePath.replace(/^\//, '')} ${plainWords(e)}`))
+    return undefined
+  }
+  const own: string[] = []
+  const ownWarnings: string[] = []
+  const parsed = parseAuth(raw, data, o.cwd, own, ownWarnings)
+  problems.push(...own.map(said))
+  // what it inherits was warned about for the default route already
+  warnings.push(...ownWarnings.filter((w) => !warnings.includes(w)).map(said))
+  return own.length === 0 ? parsed : undefined
+}
+
+/** A credential's identity: its AUTH_* settings as set, in order. */
+function keyOf (auth: Record<string, unknown>): string {
+  return JSON.stringify(Object.entries(auth).filter(([, v]) => v !== undefined).sort(([a], [b]) => a.localeCompare(b)))
+}
+
+/** The route variable closest to a misspelt one, for the route names in use (or any split of the name). */
+function nearestRouteVariable (variable: string, names: string[]): string | undefined {
+  const rest = variable.slice('ROUTE_'.length)
+  const candidates = new Set(names)
+  for (let i = rest.indexOf('_'); i > 0; i = rest.indexOf('_', i + 1)) candidates.add(rest.slice(0, i))
+  let best: string | undefined
+  let bestDistance = Infinity
+  for (const name of candidates) {
+    for (const setting of ROUTE_SETTINGS) {
+      const candidate = `ROUTE_${name}_${setting}`
+      const d = editDistance(variable, candidate)
+      if (d < bestDistance) {
+        best = candidate
+        bestDistance = d
+      }
+    }
+  }
+  return best !== undefined && bestDistance <= Math.max(3, Math.floor(variable.length / 6)) ? best : undefined
+}

@@ -1,0 +1,113 @@
+import type pino from 'pino'
+import { CredentialStore } from './config/credentials.js'
+import type { Config, CredentialConfig } from './config/load.js'
+import type { SecretScrubber } from './secrets.js'
+import { BasicCredential } from './token/basic.js'
+import { ClientAuthenticator } from './token/client-auth.js'
+import type { Clock } from './token/clock.js'
+import { DpopKey } from './token/dpop.js'
+import type { AuthHttp } from './token/http.js'
+import { TokenManager } from './token/manager.js'
+import { OAuthClient } from './token/oauth-client.js'
+
+/** A credential as the sidecar holds it: a token kept fresh (oauth2), or fixed Basic credentials. */
+export type HeldCredential = TokenManager | BasicCredential
+
+/** What the credentials share: the auth server's HTTP client, the scrubber, time, the log. */
+export interface CredentialDeps {
+  config: Config
+  http: AuthHttp
+  secrets: SecretScrubber
+  clock: Clock
+  log: pino.Logger
+}
+
+/**
+ * The credentials the routes use, one per distinct configuration (routes
+ * that share one hold the same object): each with its secrets' store, and
+ * an exchanged credential with its subject's auth server client, so that
+ * both use one token endpoint, one client authentication and one DPoP key.
+ */
+export class Credentials {
+  readonly #deps: CredentialDeps
+  readonly #held = new Map<CredentialConfig, HeldCredential>()
+  readonly #servers = new Map<CredentialConfig, OAuthClient>()
+  readonly #stores: CredentialStore[] = []
+
+  constructor (deps: CredentialDeps) {
+    this.#deps = deps
+  }
+
+  /** Every credential, in the order they were made (a subject before its exchanges). */
+  get all (): Array<{ config: CredentialConfig, credential: HeldCredential }> {
+    return [...this.#held].map(([config, credential]) => ({ config, credential }))
+  }
+
+  /** The credential of `config`, made once. */
+  async of (config: CredentialConfig): Promise<HeldCredential> {
+    const held = this.#held.get(config)
+    if (held !== undefined) return held
+    const made = await this.#make(config)
+    this.#held.set(config, made)
+    return made
+  }
+
+  /** Stops watching the secrets' files. */
+  close (): void {
+    for (const store of this.#stores) store.close()
+  }
+
+  async #make (config: CredentialConfig): Promise<HeldCredential> {
+    const { config: global, clock, secrets } = this.#deps
+    const log = this.#deps.log.child({ component: 'token', ...(config.name !== 'default' && { route: config.name }) })
+    const exchange = config.exchange
+    if (exchange !== undefined) {
+      const subject = await this.of(exchange.subject)
+      if (!(subject instanceof TokenManager)) throw new Error(`route ${config.name}: an exchange needs an oauth2 credential to exchange`)
+      return this.#manager(this.#servers.get(exchange.subject)!, log, { subject, audience: exchange.audience, ...(exchange.scope !== undefined && { scope: exchange.scope }) }, clock, secrets, global)
+    }
+    const store = new CredentialStore(config.sources, (message) => log.warn({ event: 'credentials' }, message))
+    this.#stores.push(store)
+    if (config.auth.mode === 'basic') return await BasicCredential.create(store)
+    const { tokenUrl, issuerUrl, alternateTokenUrl, grantType, clientAuth, clientId, clientKeyAlg, clientKeyId, scope, params, dpop } = config.auth
+    const server = new OAuthClient({
+      ...(tokenUrl !== undefined && { tokenUrl }),
+      ...(issuerUrl !== undefined && { issuerUrl }),
+      ...(alternateTokenUrl !== undefined && { alternateTokenUrl }),
+      grantType,
+      clientId,
+      client: new ClientAuthenticator({
+        clientId,
+        clientAuth,
+        ...(clientKeyAlg !== undefined && { keyAlg: clientKeyAlg }),
+        ...(clientKeyId !== undefined && { keyId: clientKeyId }),
+        onSecret: (value) => secrets.addToken(value)
+      }),
+      extras: { params, ...(scope !== undefined && { scope }) },
+      credentials: store,
+      http: this.#deps.http,
+      timeoutMs: global.token.timeoutMs,
+      ...(dpop !== undefined && { dpop: await DpopKey.generate(dpop) }),
+      clock,
+      log,
+      secrets
+    })
+    this.#servers.set(config, server)
+    return this.#manager(server, log, undefined, clock, secrets, global, store)
+  }
+
+  #manager (server: OAuthClient, log: pino.Logger, exchange: ConstructorParameters<typeof TokenManager>[0]['exchange'], clock: Clock, secrets: SecretScrubber, config: Config, store?: CredentialStore): TokenManager {
+    return new TokenManager({
+      server,
+      credentials: store ?? {},
+      log,
+      waitMs: config.token.waitMs,
+      retryMinMs: config.token.retryMinMs,
+      retryMaxMs: config.token.retryMaxMs,
+      rejectedRetryMs: config.token.rejectedRetryMs,
+      clock,
+      secrets,
+      ...(exchange !== undefined && { exchange })
+    })
+  }
+}

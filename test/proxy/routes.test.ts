@@ -1,0 +1,245 @@
+import t, { type Test } from 'tap'
+import { build, CLIENT_SECRET, metric, rawRequest, send, statusOf, until, type Harness } from '../helpers/build.js'
+import { FakeUpstream } from '../helpers/upstream.js'
+
+/** More upstreams, checking tokens with the harness's token server. */
+async function upstreams (t: Test, h: Harness | undefined, n: number, tokens = h?.tokenServer): Promise<FakeUpstream[]> {
+  return await Promise.all(Array.from({ length: n }, async () => {
+    const up = new FakeUpstream(tokens)
+    await up.listen()
+    t.teardown(async () => await up.close())
+    return up
+  }))
+}
+
+/** Who a forwarded request's token names: its client (azp) and audience. */
+function identity (h: Harness, up: FakeUpstream): { client: string, audience: string } | string {
+  const verdict = h.tokenServer.verify(up.received.at(-1)?.headers.authorization)
+  return verdict.ok ? { client: verdict.client, audience: verdict.audience } : verdict.reason
+}
+
+t.test('a path route: its prefix removed, whole segments only, the longest prefix first; the default route keeps every other path', async (t) => {
+  const [billing, v2] = await upstreams(t, undefined, 2)
+  const h = await build(t, {
+    ROUTE_BILLING_BASE_URL: `${billing!.url}/bill`,
+    ROUTE_BILLING_PATH: '/billing/',
+    ROUTE_BILLING_V2_BASE_URL: v2!.url,
+    ROUTE_BILLING_V2_PATH: '/billing/v2'
+  })
+  await until(() => h.app.credential.ready())
+  const cases: Array<[string, FakeUpstream, string]> = [
+    ['/billing/invoices?x=1', billing!, '/bill/invoices?x=1'],
+    ['/billing', billing!, '/bill/'],
+    ['/billing/', billing!, '/bill/'],
+    ['/billing?q=1', billing!, '/bill/?q=1'],
+    ['/billing/v2/x', v2!, '/x'],
+    ['/billing/v2', v2!, '/'],
+    ['/billingx', h.upstream, '/api/billingx'],
+    ['/Billing/x', h.upstream, '/api/Billing/x'],
+    ['/other', h.upstream, '/api/other']
+  ]
+  for (const [path, up, forwarded] of cases) {
+    const before = up.received.length
+    t.equal((await send(h.proxyUrl + path)).status, 200, path)
+    t.equal(up.received.length, before + 1, `${path}: to its route's upstream`)
+    t.equal(up.received.at(-1)!.url, forwarded, path)
+  }
+  const lines = h.log.records().filter((r) => r.msg === 'request')
+  t.same(lines.map((l) => l.route), ['billing', 'billing', 'billing', 'billing', 'billing_v2', 'billing_v2', 'default', 'default', 'default'], 'the access line names the route')
+})
+
+t.test('a path route cannot be escaped: dot segments, encoded or not, and encoded slashes are refused before any route', async (t) => {
+  const [billing] = await upstreams(t, undefined, 1)
+  const h = await build(t, { ROUTE_BILLING_BASE_URL: billing!.url, ROUTE_BILLING_PATH: '/billing' })
+  await until(() => h.app.credential.ready())
+  for (const target of ['/billing/../x', '/billing/%2e%2e/x', '/billing%2F..%2Fx', '/billing/..%2fx', '/billing/%252e%252e/x', '/billing/..;/x']) {
+    t.equal(statusOf(await rawRequest(h.proxyPort, `GET ${target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`)), 400, target)
+  }
+  t.equal(billing!.received.length + h.upstream.received.length, 0, 'nothing forwarded')
+})
+
+t.test('a port route: every path there goes to its upstream; PROXY_PORT knows nothing of it', async (t) => {
+  const [reports] = await upstreams(t, undefined, 1)
+  const h = await build(t, { ROUTE_REPORTS_BASE_URL: `${reports!.url}/r`, ROUTE_REPORTS_PORT: '0' })
+  await until(() => h.app.credential.ready())
+  const url = h.routeUrls.reports!
+  t.equal((await send(`${url}/daily?d=1`)).status, 200)
+  t.equal(reports!.received.at(-1)!.url, '/r/daily?d=1')
+  t.equal((await send(`${h.proxyUrl}/reports/daily`)).status, 200)
+  t.equal(h.upstream.received.at(-1)!.url, '/api/reports/daily', 'the default route on PROXY_PORT')
+  t.equal(reports!.received.length, 1)
+  t.match(h.log.records().filter((r) => r.msg === 'request').map((r) => r.route), ['reports', 'default'])
+})
+
+t.test('credentials: a route without AUTH_ settings shares the default one (one grant); one with its own client has its own token, sent to its upstream only', async (t) => {
+  const [shared, own] = await upstreams(t, undefined, 2)
+  const h = await build(t, {
+    ROUTE_SHARED_BASE_URL: shared!.url,
+    ROUTE_SHARED_PATH: '/shared',
+    ROUTE_OWN_BASE_URL: own!.url,
+    ROUTE_OWN_PATH: '/own',
+    ROUTE_OWN_AUTH_CLIENT_ID: 'billing-app',
+    ROUTE_OWN_AUTH_CLIENT_SECRET: 'billing-secret-77',
+    ROUTE_OWN_AUTH_GRANT_TYPE: 'client_credentials',
+    ROUTE_OWN_AUTH_USERNAME: '',
+    ROUTE_OWN_AUTH_PASSWORD: ''
+  }, { clients: { 'legacy-app': CLIENT_SECRET, 'billing-app': 'billing-secret-77' } })
+  await until(() => h.app.routes.every((r) => r.credential.ready()))
+  for (const path of ['/x', '/shared/x', '/own/x']) t.equal((await send(h.proxyUrl + path)).status, 200, path)
+  t.match(identity(h, h.upstream), { client: 'legacy-app' })
+  t.match(identity(h, shared!), { client: 'legacy-app' })
+  t.match(identity(h, own!), { client: 'billing-app' })
+  t.same(h.tokenServer.grants.map((g) => `${g.grantType} ${g.form.client_id}`).sort(), ['client_credentials billing-app', 'password legacy-app'], 'one grant per credential')
+  t.equal(h.upstream.received.at(-1)!.headers.authorization, shared!.received.at(-1)!.headers.authorization, 'the shared route sends the default route\'s token')
+  t.equal(await metric(h.adminUrl, 'auth_sidecar_token_grants_total{grant_type="client_credentials",outcome="success",route="own"}'), 1)
+  t.equal(await metric(h.adminUrl, 'auth_sidecar_token_grants_total{grant_type="password",outcome="success",route="default"}'), 1)
+  t.equal(await metric(h.adminUrl, 'auth_sidecar_proxy_request_duration_seconds_count{status="200",route="shared"}'), 1)
+  t.ok((await metric(h.adminUrl, 'auth_sidecar_token_expires_in_seconds{route="own"}')) > 200)
+})
+
+t.test('a route that cannot get its token: 503 token_unavailable, never another route\'s token; readyz names it', async (t) => {
+  const [own] = await upstreams(t, undefined, 1)
+  const h = await build(t, {
+    ROUTE_OWN_BASE_URL: own!.url,
+    ROUTE_OWN_PATH: '/own',
+    ROUTE_OWN_AUTH_CLIENT_ID: 'billing-app',
+    ROUTE_OWN_AUTH_CLIENT_SECRET: 'a-wrong-secret',
+    TOKEN_WAIT_MS: '100'
+  }, { clients: { 'legacy-app': CLIENT_SECRET, 'billing-app': 'billing-secret-77' } })
+  await until(() => h.app.credential.ready())
+  await until(() => h.tokenServer.grants.some((g) => g.form.client_id === 'billing-app'))
+  const res = await send(`${h.proxyUrl}/own/x`)
+  t.equal(res.status, 503)
+  t.equal(JSON.parse(res.body).error, 'token_unavailable')
+  t.equal(own!.received.length, 0, 'nothing reached its upstream')
+  t.equal((await send(`${h.proxyUrl}/x`)).status, 200, 'the default route serves')
+  const ready = await send(`${h.adminUrl}/readyz`)
+  t.equal(ready.status, 503)
+  t.match(JSON.parse(ready.body), { status: 'not_ready', reason: /^route own: credentials rejected/, routes: { own: /credentials rejected/ } })
+  t.notMatch(ready.body, /default/, 'the default route is not named: it can serve')
+})
+
+t.test('an upstream 401 on a route renews that route\'s token only, and the request is replayed', async (t) => {
+  const [own] = await upstreams(t, undefined, 1)
+  const h = await build(t, {
+    ROUTE_OWN_BASE_URL: own!.url,
+    ROUTE_OWN_PORT: '0',
+    ROUTE_OWN_AUTH_CLIENT_ID: 'billing-app',
+    ROUTE_OWN_AUTH_CLIENT_SECRET: 'billing-secret-77'
+  }, { clients: { 'legacy-app': CLIENT_SECRET, 'billing-app': 'billing-secret-77' } })
+  await until(() => h.app.routes.every((r) => r.credential.ready()))
+  const route = h.app.routes.find((r) => r.config.name === 'own')!
+  own!.rejectTokens.add(route.credential.current()!.header)
+  const defaultToken = h.app.credential.current()!.header
+  t.equal((await send(`${h.routeUrls.own!}/x`)).status, 200, 'replayed with a new token')
+  t.same(h.tokenServer.grants.filter((g) => g.form.client_id === 'billing-app').map((g) => g.grantType), ['password', 'refresh_token'])
+  t.equal(h.app.credential.current()!.header, defaultToken, 'the default route\'s token is untouched')
+})
+
+t.test('token exchange: the route\'s token is the default credential\'s exchanged for its audience, renewed by exchange, never logged', async (t) => {
+  const [reports] = await upstreams(t, undefined, 1)
+  const h = await build(t, {
+    ROUTE_REPORTS_BASE_URL: reports!.url,
+    ROUTE_REPORTS_PATH: '/reports',
+    ROUTE_REPORTS_AUTH_EXCHANGE_AUDIENCE: 'reports-api',
+    ROUTE_REPORTS_AUTH_EXCHANGE_SCOPE: 'reports'
+  }, { accessTokenSeconds: 2, exchange: { 'legacy-app': ['reports-api'] } })
+  await until(() => h.app.routes.every((r) => r.credential.ready()))
+  t.equal((await send(`${h.proxyUrl}/reports/x`)).status, 200)
+  t.match(identity(h, reports!), { client: 'legacy-app', audience: 'reports-api' })
+  t.equal((await send(`${h.proxyUrl}/x`)).status, 200)
+  t.match(identity(h, h.upstream), { client: 'legacy-app', audience: 'account' }, 'the default route keeps its own token')
+  const exchange = h.tokenServer.grants.find((g) => g.grantType === 'urn:ietf:params:oauth:grant-type:token-exchange')!
+  t.same(Object.keys(exchange.form).sort(), ['audience', 'client_id', 'client_secret', 'grant_type', 'requested_token_type', 'scope', 'subject_token', 'subject_token_type'])
+  t.match(exchange.form, {
+    subject_token_type: 'urn:ietf:params:oauth:token-type:access_token',
+    requested_token_type: 'urn:ietf:params:oauth:token-type:access_token',
+    audience: 'reports-api',
+    scope: 'reports',
+    client_id: 'legacy-app'
+  })
+  // renewed before it expires, by a new exchange of the then-current subject token
+  await until(() => h.tokenServer.grants.filter((g) => g.grantType.endsWith('token-exchange')).length >= 2, 4_000)
+  const exchanges = h.tokenServer.grants.filter((g) => g.grantType.endsWith('token-exchange'))
+  t.notOk(exchanges.some((g) => g.form.refresh_token !== undefined), 'never a refresh')
+  t.equal(await metric(h.adminUrl, 'auth_sidecar_token_grants_total{grant_type="token_exchange",outcome="success",route="reports"}'), exchanges.length)
+  const all = h.log.lines.join('\n')
+  for (const g of h.tokenServer.grants) t.notOk(all.includes(g.form.subject_token ?? '!none!'), 'no subject token in the log')
+  t.notMatch(all, /eyJ[A-Za-z0-9_-]{20,}\.eyJ/, 'no token at all in the log')
+})
+
+t.test('token exchange refused: with an invalid subject token, the subject is renewed once and the refused one never sent again; refused outright, paced and 503', async (t) => {
+  const [reports] = await upstreams(t, undefined, 1)
+  const h = await build(t, {
+    ROUTE_REPORTS_BASE_URL: reports!.url,
+    ROUTE_REPORTS_PATH: '/reports',
+    ROUTE_REPORTS_AUTH_EXCHANGE_AUDIENCE: 'reports-api',
+    TOKEN_WAIT_MS: '300',
+    TOKEN_REJECTED_RETRY_MS: '60000'
+  }, { exchange: { 'legacy-app': ['reports-api'] } })
+  await until(() => h.app.routes.every((r) => r.credential.ready()))
+  // the subject's session ends: its token is refused by the exchange
+  const subject = h.app.credential.current()!.header.slice('Bearer '.length)
+  h.tokenServer.revoke(subject)
+  const route = h.app.routes.find((r) => r.config.name === 'reports')!
+  route.credential.answered(route.credential.current()!, 401, undefined, undefined)
+  t.equal((await send(`${h.proxyUrl}/reports/x`)).status, 200, 'served with a new exchange of a new subject token')
+  const exchanges = h.tokenServer.grants.filter((g) => g.grantType.endsWith('token-exchange'))
+  t.equal(exchanges.length, 3, 'the first, the refused one, the one after the subject was renewed')
+  t.equal(exchanges[1]!.status, 400)
+  t.equal(exchanges[1]!.form.subject_token, subject)
+  t.not(exchanges[2]!.form.subject_token, subject, 'the refused subject token is never sent again')
+  t.same(exchanges.map((g) => g.status), [200, 400, 200])
+
+  // exchange no longer allowed for the client: refused, paced like rejected credentials, the route fails closed
+  h.tokenServer.exchange = {}
+  await new Promise((resolve) => setTimeout(resolve, 1_100)) // past the back-off after the 401 above
+  route.credential.answered(route.credential.current()!, 401, undefined, undefined)
+  const res = await send(`${h.proxyUrl}/reports/x`)
+  t.equal(res.status, 503)
+  const before = h.tokenServer.grants.length
+  await new Promise((resolve) => setTimeout(resolve, 1_000))
+  t.equal(h.tokenServer.grants.length, before, 'no retry within a second: the slow pace')
+  t.equal((await send(`${h.proxyUrl}/x`)).status, 200, 'the default route still serves')
+  t.equal(reports!.received.length, 1, 'the route\'s upstream never got another route\'s token')
+})
+
+t.test('configuration mistakes are named at start, with the route, all at once', async (t) => {
+  const { loadConfig, ConfigError } = await import('../../src/config/load.js')
+  const base = { BASE_URL: 'http://api.internal', AUTH_URL: 'http://kc', AUTH_CLIENT_ID: 'app', AUTH_USERNAME: 'u', AUTH_PASSWORD: 'p', ADMIN_PORT: '9090', PROXY_PORT: '8080' }
+  const problems = (env: Record<string, string>): string[] => {
+    try {
+      loadConfig({ ...base, ...env }, { cwd: '/nonexistent' })
+      return []
+    } catch (err) {
+      return (err as InstanceType<typeof ConfigError>).problems.slice()
+    }
+  }
+  t.same(problems({
+    ROUTE_A_PATH: '/a',
+    ROUTE_B_BASE_URL: 'http://b', ROUTE_B_PORT: '8081', ROUTE_B_PATH: '/b',
+    ROUTE_C_BASE_URL: 'http://c',
+    ROUTE_D_BASE_URL: 'http://d', ROUTE_D_PATH: '/same',
+    ROUTE_E_BASE_URL: 'http://e', ROUTE_E_PATH: '/same/',
+    ROUTE_F_BASE_URL: 'http://f', ROUTE_F_PORT: '9090',
+    ROUTE_G_BASE_URL: 'http://g', ROUTE_G_PORT: '8080',
+    ROUTE_H_BASE_URL: 'http://h', ROUTE_H_PORT: '8082',
+    ROUTE_I_BASE_URL: 'http://i', ROUTE_I_PORT: '8082',
+    ROUTE_J_BASE_URL: 'http://j', ROUTE_J_PATH: '/j', ROUTE_J_AUTH_CLIENTID: 'x'
+  }), [
+    'ROUTE_J_AUTH_CLIENTID is not a route setting; did you mean ROUTE_J_AUTH_CLIENT_ID?',
+    'ROUTE_A_BASE_URL is required',
+    'route b: set exactly one of ROUTE_B_PORT (its own port) and ROUTE_B_PATH (a prefix on PROXY_PORT)',
+    'route c: set exactly one of ROUTE_C_PORT (its own port) and ROUTE_C_PATH (a prefix on PROXY_PORT)',
+    'route f: ROUTE_F_PORT is ADMIN_PORT; a route\'s port is its own (or use ROUTE_F_PATH for a prefix on PROXY_PORT)',
+    'route g: ROUTE_G_PORT is PROXY_PORT; a route\'s port is its own (or use ROUTE_G_PATH for a prefix on PROXY_PORT)',
+    'route e: path /same is route d\'s too',
+    'route i: port 8082 is route h\'s too'
+  ])
+  t.same(problems({ ROUTE_DEFAULT_BASE_URL: 'http://x', ROUTE_DEFAULT_PATH: '/x' }), ['route default: the name is the default route\'s; choose another'])
+  t.same(problems({ ROUTE_X_BASE_URL: 'http://x', ROUTE_X_PATH: '/a/../b' }), ['ROUTE_X_PATH must be a path prefix such as /billing: segments of letters, digits and -._~'])
+  t.same(problems({ ROUTE_X_BASE_URL: 'http://x', ROUTE_X_PATH: '/x', ROUTE_X_AUTH_CLIENT_AUTH: 'private_key_jwt' }), ['route x: ROUTE_X_AUTH_CLIENT_KEY_FILE is required with AUTH_CLIENT_AUTH=private_key_jwt'.replace('ROUTE_X_AUTH_CLIENT_KEY_FILE', 'AUTH_CLIENT_KEY_FILE').replace('AUTH_CLIENT_AUTH=', 'ROUTE_X_AUTH_CLIENT_AUTH=')])
+  t.same(problems({ ROUTE_X_BASE_URL: 'http://x', ROUTE_X_PATH: '/x', ROUTE_X_AUTH_EXCHANGE_SCOPE: 'a' }), ['route x: ROUTE_X_AUTH_EXCHANGE_SCOPE is used only with ROUTE_X_AUTH_EXCHANGE_AUDIENCE'])
+  t.same(problems({ ROUTE_A_B_BASE_URL: 'http://x', ROUTE_A_B_PORT: '8090' }), [], 'a name with _: ROUTE_A_B_PORT is route a_b\'s PORT')
+  t.same(problems({ ROUTE_X_SERVICE_HOST: '10.0.0.1', ROUTE_X_PORT: 'tcp://10.0.0.1:80', ROUTE_X_PORT_80_TCP: 'tcp://10.0.0.1:80' }), [], 'Kubernetes\' service links are no routes')
+})
