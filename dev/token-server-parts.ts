@@ -91,7 +91,7 @@ export const KC = {
   boundLogout: { status: 400, error: 'invalid_grant', description: 'DPoP proof is missing' },
   // standard token exchange (Keycloak 26.x)
   badSubject: { status: 400, error: 'invalid_request', description: 'Invalid token' },
-  noExchange: { status: 400, error: 'unauthorized_client', description: 'Standard token exchange is not enabled for the requested client' },
+  noExchange: { status: 400, error: 'invalid_request', description: 'Standard token exchange is not enabled for the requested client' },
   noAudience: { status: 400, error: 'invalid_request', description: 'Requested audience not available' }
 }
 

@@ -102,6 +102,7 @@ export interface RunningSidecar {
   run: Running
   proxyUrl: string
   adminUrl: string
+  routeUrls: Record<string, string>
   tokenServer: TokenServer
   upstream: FakeUpstream
 }
@@ -113,6 +114,8 @@ export interface SpawnedSidecar {
   run: Running
   proxyUrl: string
   adminUrl: string
+  /** the routes with a port of their own, by name */
+  routeUrls: Record<string, string>
 }
 
 /**
@@ -136,11 +139,12 @@ export async function spawnSidecar (t: Test, baseUrl: string, authUrl: string, p
   }, root, [], launch)
   t.teardown(() => { run.child.kill('SIGKILL') })
   const listening = await listeningLine(run)
-  return { run, proxyUrl: urlOf(listening.proxy), adminUrl: urlOf(listening.admin) }
+  const routeUrls = Object.fromEntries(Object.entries(listening.routes ?? {}).flatMap(([name, r]) => r.listen === undefined ? [] : [[name, urlOf(r.listen)]]))
+  return { run, proxyUrl: urlOf(listening.proxy), adminUrl: urlOf(listening.admin), routeUrls }
 }
 
 /** The sidecar's "listening" record, or an error with its output when it exits or stays silent. */
-async function listeningLine (run: Running, ms = 15_000): Promise<{ proxy: string, admin: string }> {
+async function listeningLine (run: Running, ms = 15_000): Promise<{ proxy: string, admin: string, routes?: Record<string, { listen?: string }> }> {
   let exited = false
   void run.exited.then(() => { exited = true })
   const find = (): string | undefined => run.stdout.find((l) => l.includes('auth-sidecar listening'))
@@ -150,7 +154,7 @@ async function listeningLine (run: Running, ms = 15_000): Promise<{ proxy: strin
     const why = exited ? `exited with ${String(run.child.exitCode)}` : `not listening after ${ms} ms`
     throw new Error(`sidecar ${why}: ${run.stdout.join('\n')} ${run.stderr.join('')}`)
   }
-  return JSON.parse(line) as { proxy: string, admin: string }
+  return JSON.parse(line) as { proxy: string, admin: string, routes?: Record<string, { listen?: string }> }
 }
 
 /** A URL on this machine for a logged listening address (`host:port`, IPv6 too). */
@@ -188,9 +192,16 @@ export async function startSidecar (t: Test, env: Record<string, string> = {}, t
 }
 
 /** Waits for a spawned sidecar to hold a token and answer /readyz 200. */
-export async function untilReady (s: SpawnedSidecar): Promise<void> {
+export async function untilReady (s: SpawnedSidecar, ms = 10_000): Promise<void> {
   await untilToken(s.run)
-  if ((await send(`${s.adminUrl}/readyz`)).status !== 200) throw new Error('sidecar not ready')
+  // every route's credential: the first token is one of them
+  const deadline = Date.now() + ms
+  for (;;) {
+    const ready = await send(`${s.adminUrl}/readyz`)
+    if (ready.status === 200) return
+    if (Date.now() > deadline) throw new Error(`sidecar not ready: ${ready.body}`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
 }
 
 /**
