@@ -30,7 +30,12 @@ const PROJECTED = [
 
 function render (set: string[] = []): K8sObject[] {
   const text = execFileSync(helm, ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, ...set.flatMap((s) => ['--set', s])], { encoding: 'utf8' })
-  return parseAllDocuments(text).map((d) => d.toJS() as K8sObject).filter((o) => o !== null)
+  return parseManifests(text)
+}
+
+/** As the API server reads them: YAML 1.1, where `0440` is octal. */
+function parseManifests (text: string): K8sObject[] {
+  return parseAllDocuments(text, { version: '1.1' }).map((d) => d.toJS() as K8sObject).filter((o) => o !== null)
 }
 
 /** kubernetes-models' class for an object's kind, which validates it against the OpenAPI schema. */
@@ -96,6 +101,97 @@ t.test('client_credentials with a projected service-account token: nothing secre
   t.same(sidecar.volumeMounts, [{ name: 'auth-sidecar-token', mountPath: '/var/run/secrets/auth-sidecar-token', readOnly: true }])
   const noAudience = spawnSync(helm, ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, ...PROJECTED.filter((s) => !s.includes('audience')).flatMap((s) => ['--set', s])], { encoding: 'utf8' })
   t.not(noAudience.status, 0, 'an audience is required')
+})
+
+/** Two named routes: one with its own client in its own Secret, one by token exchange on its own port. */
+const ROUTES = JSON.stringify([
+  {
+    name: 'billing',
+    baseUrl: 'https://billing.example.com/v1',
+    path: '/billing',
+    auth: { CLIENT_ID: 'billing-app', GRANT_TYPE: 'client_credentials' },
+    existingSecret: 'billing-credentials',
+    keys: { clientSecret: 'client-secret' }
+  },
+  { name: 'reports', baseUrl: 'https://reports.example.com', port: 8081, exchange: { audience: 'reports-api', scope: 'reports' } }
+])
+
+t.test('routes: each a ROUTE_<NAME>_* set the sidecar reads back as configured, its Secret mounted, its URL given to the app', async (t) => {
+  if (helmMissing !== undefined) {
+    if (process.env.CI === 'true') t.fail(helmMissing)
+    else t.plan(0, helmMissing)
+    return
+  }
+  const text = execFileSync(helm, ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, '--set-json', `routes=${ROUTES}`], { encoding: 'utf8' })
+  const objects = parseManifests(text)
+  for (const object of objects) await validate(t, object)
+  const pod = objects.find((o) => o.kind === 'Deployment')!.spec.template.spec
+  const sidecar = [...(pod.initContainers ?? []), ...pod.containers].find((c: { name: string }) => c.name === 'auth-sidecar')
+  const env = Object.fromEntries(sidecar.env.filter((e: { value?: string }) => e.value !== undefined).map((e: { name: string, value: string }) => [e.name, e.value]))
+  t.equal(env.ROUTE_BILLING_AUTH_CLIENT_SECRET_FILE, '/var/run/secrets/auth-sidecar-routes/billing/client-secret')
+  t.same(sidecar.volumeMounts.find((m: { name: string }) => m.name === 'auth-sidecar-route-billing'),
+    { name: 'auth-sidecar-route-billing', mountPath: '/var/run/secrets/auth-sidecar-routes/billing', readOnly: true })
+  t.same(pod.volumes.find((v: { name: string }) => v.name === 'auth-sidecar-route-billing'),
+    { name: 'auth-sidecar-route-billing', secret: { secretName: 'billing-credentials', defaultMode: 0o440 } }, 'its Secret, as readable as the main one')
+  const app = pod.containers.find((c: { name: string }) => c.name === 'app')
+  const appEnv = Object.fromEntries(app.env.map((e: { name: string, value: string }) => [e.name, e.value]))
+  t.equal(appEnv.API_URL_BILLING, 'http://localhost:8080/billing')
+  t.equal(appEnv.API_URL_REPORTS, 'http://localhost:8081')
+  t.notOk(JSON.stringify(pod.containers.flatMap((c: { ports?: unknown[] }) => c.ports ?? [])).includes('8081'), 'a route\'s port is not a container port')
+
+  // the sidecar's own parser reads the rendered variables back
+  const { loadConfig } = await import('../../src/config/load.js')
+  const cwd = mkdtempSync(join(tmpdir(), 'auth-sidecar-chart-routes-'))
+  t.teardown(() => rmSync(cwd, { recursive: true, force: true }))
+  // its files where the kubelet would mount them, under a scratch root
+  for (const [name, value] of Object.entries(env)) {
+    if (!value.startsWith('/var/run/secrets/')) continue
+    env[name] = join(cwd, value)
+    mkdirSync(join(env[name], '..'), { recursive: true })
+    writeFileSync(env[name], 'x')
+  }
+  const config = loadConfig(env, { cwd })
+  const routes = Object.fromEntries(config.routes.map((r) => [r.name, r]))
+  t.same(Object.keys(routes).sort(), ['billing', 'default', 'reports'])
+  t.match(routes.billing, { origin: 'https://billing.example.com', basePath: '/v1', path: '/billing', port: undefined })
+  t.match(routes.billing!.credential, { auth: { clientId: 'billing-app', grantType: 'client_credentials' } })
+  t.match(routes.billing!.credential.sources.clientSecret, { file: join(cwd, '/var/run/secrets/auth-sidecar-routes/billing/client-secret') })
+  t.match(routes.reports, { origin: 'https://reports.example.com', port: 8081, path: '' })
+  t.match(routes.reports!.credential.exchange, { audience: 'reports-api', scope: 'reports' })
+  t.equal(routes.reports!.credential.exchange!.subject, routes.default!.credential, 'exchanges the sidecar\'s own token')
+
+  const bad = spawnSync(helm, ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, '--set-json', 'routes=[{"name":"x","baseUrl":"https://x.example"}]'], { encoding: 'utf8' })
+  t.not(bad.status, 0, 'a route with neither path nor port is refused')
+})
+
+t.test('the README\'s snippet for adding the sidecar to another chart renders a valid pod, with this chart as a dependency', async (t) => {
+  if (helmMissing !== undefined) {
+    if (process.env.CI === 'true') t.fail(helmMissing)
+    else t.plan(0, helmMissing)
+    return
+  }
+  const readme = readFileSync(`${chart}/README.md`, 'utf8')
+  const snippet = /## Adding the sidecar to your own chart[\s\S]*?```yaml\n([\s\S]*?)```/.exec(readme)?.[1]
+  t.ok(snippet, 'the README has the snippet')
+  const parent = mkdtempSync(join(tmpdir(), 'auth-sidecar-parent-'))
+  t.teardown(() => rmSync(parent, { recursive: true, force: true }))
+  mkdirSync(join(parent, 'templates'))
+  mkdirSync(join(parent, 'charts'))
+  execFileSync('cp', ['-r', chart, join(parent, 'charts', 'auth-sidecar')])
+  writeFileSync(join(parent, 'Chart.yaml'), 'apiVersion: v2\nname: legacy\nversion: 1.0.0\n')
+  const sidecarValues = parse(readFileSync(`${chart}/values.yaml`, 'utf8')).sidecar
+  writeFileSync(join(parent, 'values.yaml'), JSON.stringify({
+    authSidecar: { ...sidecarValues, env: { ...sidecarValues.env, BASE_URL: 'https://api.example.com', AUTH_URL: 'https://sso.example.com', AUTH_CLIENT_ID: 'legacy-app' } },
+    'auth-sidecar': parse(readFileSync(`${chart}/ci/test-values.yaml`, 'utf8'))
+  }))
+  const indented = snippet!.split('\n').map((l) => `  ${l}`).join('\n')
+  writeFileSync(join(parent, 'templates', 'pod.yaml'), `apiVersion: v1\nkind: Pod\nmetadata:\n  name: legacy\nspec:\n  containers:\n    - name: app\n      image: legacy:1\n${indented}\n`)
+  const objects = parseManifests(execFileSync(helm, ['template', 't', parent, '-s', 'templates/pod.yaml'], { encoding: 'utf8' }))
+  t.equal(objects.length, 1)
+  await validate(t, objects[0]!)
+  const pod = objects[0]!.spec
+  t.equal(pod.initContainers[0].name, 'auth-sidecar')
+  t.same(pod.volumes, [{ name: 'auth-sidecar-credentials', secret: { secretName: 'my-credentials', defaultMode: 0o440 } }])
 })
 
 t.test('helm lint passes with the CI values; the defaults alone are refused by the schema', async (t) => {

@@ -80,6 +80,7 @@ sidecar to their own pods. Call it with a dict:
   native          true: an init container entry with restartPolicy Always and a startup probe
   followToken     true: readiness follows /readyz
   appVersion      the image tag when sidecar.image.tag is empty
+  routes          the named routes (this chart's `routes`), rendered as ROUTE_<NAME>_* variables
 Add the volume from "auth-sidecar.volume" to the pod.
 */}}
 {{- define "auth-sidecar.container" -}}
@@ -124,6 +125,7 @@ Add the volume from "auth-sidecar.volume" to the pod.
     - name: AUTH_CLIENT_ASSERTION_FILE
       value: /var/run/secrets/auth-sidecar-token/token
     {{- end }}
+    {{- include "auth-sidecar.routeEnv" .routes | nindent 4 }}
     {{- with $s.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -139,6 +141,13 @@ Add the volume from "auth-sidecar.volume" to the pod.
     - name: auth-sidecar-token
       mountPath: /var/run/secrets/auth-sidecar-token
       readOnly: true
+    {{- end }}
+    {{- range .routes }}
+    {{- if .existingSecret }}
+    - name: auth-sidecar-route-{{ lower .name | replace "_" "-" }}
+      mountPath: /var/run/secrets/auth-sidecar-routes/{{ lower .name }}
+      readOnly: true
+    {{- end }}
     {{- end }}
     {{- with $s.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
@@ -173,10 +182,18 @@ Add the volume from "auth-sidecar.volume" to the pod.
 
 {{/*
 The volumes that "auth-sidecar.container" mounts. Call with a dict:
-secretName (the Secret with the credentials, "" for none) and
-projectedToken (as for the container).
+secretName (the Secret with the credentials, "" for none),
+projectedToken and routes (as for the container).
 */}}
 {{- define "auth-sidecar.volume" -}}
+{{- range .routes }}
+{{- if .existingSecret }}
+- name: auth-sidecar-route-{{ lower .name | replace "_" "-" }}
+  secret:
+    secretName: {{ .existingSecret }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}
 {{- if .secretName }}
 - name: auth-sidecar-credentials
   secret:
@@ -207,5 +224,47 @@ projectedToken (as for the container).
   "password" (ternary .Values.credentials.keys.password "" $user)
   "clientSecret" (ternary .Values.credentials.keys.clientSecret "" (eq (include "auth-sidecar.hasClientSecret" .) "true"))
   "clientKey" (ternary .Values.credentials.keys.clientKey "" (eq (include "auth-sidecar.hasClientKey" .) "true")) }}
-{{- include "auth-sidecar.container" (dict "sidecar" .Values.sidecar "secretName" (include "auth-sidecar.mountedSecret" .) "keys" $keys "projectedToken" .Values.credentials.projectedToken "native" .Values.sidecar.native "followToken" .Values.sidecar.readiness.followToken "appVersion" .Chart.AppVersion) }}
+{{- include "auth-sidecar.container" (dict "sidecar" .Values.sidecar "secretName" (include "auth-sidecar.mountedSecret" .) "keys" $keys "projectedToken" .Values.credentials.projectedToken "native" .Values.sidecar.native "followToken" .Values.sidecar.readiness.followToken "appVersion" .Chart.AppVersion "routes" .Values.routes) }}
+{{- end }}
+
+{{/*
+The variables of the named routes: ROUTE_<NAME>_BASE_URL, _PATH or _PORT,
+_AUTH_<X> for each of its auth settings, the exchange's audience and scope,
+and the files of its own Secret (mounted by "auth-sidecar.container").
+*/}}
+{{- define "auth-sidecar.routeEnv" -}}
+{{- $files := dict "username" "USERNAME_FILE" "password" "PASSWORD_FILE" "clientSecret" "CLIENT_SECRET_FILE" "clientKey" "CLIENT_KEY_FILE" }}
+{{- range . }}
+{{- $route := printf "ROUTE_%s" (upper .name) }}
+- name: {{ $route }}_BASE_URL
+  value: {{ .baseUrl | quote }}
+{{- if .path }}
+- name: {{ $route }}_PATH
+  value: {{ .path | quote }}
+{{- else }}
+- name: {{ $route }}_PORT
+  value: {{ .port | toString | quote }}
+{{- end }}
+{{- range $setting, $value := .auth }}
+- name: {{ $route }}_AUTH_{{ $setting }}
+  value: {{ toString $value | quote }}
+{{- end }}
+{{- with .exchange }}
+- name: {{ $route }}_AUTH_EXCHANGE_AUDIENCE
+  value: {{ .audience | quote }}
+{{- if .scope }}
+- name: {{ $route }}_AUTH_EXCHANGE_SCOPE
+  value: {{ .scope | quote }}
+{{- end }}
+{{- end }}
+{{- if .existingSecret }}
+{{- $dir := printf "/var/run/secrets/auth-sidecar-routes/%s" (lower .name) }}
+{{- range $key, $file := .keys }}
+{{- if $file }}
+- name: {{ $route }}_AUTH_{{ get $files $key }}
+  value: {{ printf "%s/%s" $dir $file | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
