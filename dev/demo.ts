@@ -1,7 +1,8 @@
 /**
  * `npm run demo`: the sidecar against a built-in development token server
  * and an echo upstream, with no configuration at all. Tokens live 30 s, so
- * renewals show in the log within a minute.
+ * renewals show in the log within a minute. A second route, /reports, gets
+ * its token by token exchange, for the audience reports-api.
  */
 import type { AddressInfo } from 'node:net'
 import { buildApp, ListenError } from '../src/app.js'
@@ -10,7 +11,7 @@ import { createLogger } from '../src/logger.js'
 import { createEchoUpstream } from './echo-upstream.js'
 import { TokenServer } from './token-server.js'
 
-const tokenServer = new TokenServer({ accessTokenSeconds: 30, refreshTokenSeconds: 120 })
+const tokenServer = new TokenServer({ accessTokenSeconds: 30, refreshTokenSeconds: 120, exchange: { 'legacy-app': ['reports-api'] } })
 await tokenServer.listen()
 const upstream = createEchoUpstream(tokenServer)
 await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve))
@@ -23,6 +24,9 @@ const config = loadConfig({
   AUTH_CLIENT_ID: 'legacy-app',
   AUTH_USERNAME: 'service-user',
   AUTH_PASSWORD: 'service-password',
+  ROUTE_REPORTS_BASE_URL: `http://127.0.0.1:${upstreamPort}/reports-api`,
+  ROUTE_REPORTS_PATH: '/reports',
+  ROUTE_REPORTS_AUTH_EXCHANGE_AUDIENCE: 'reports-api',
   PROXY_PORT: process.env.PROXY_PORT ?? '8080',
   ADMIN_PORT: process.env.ADMIN_PORT ?? '9090',
   ADMIN_HOST: '127.0.0.1',
@@ -59,6 +63,7 @@ auth-sidecar demo
 
 Try:
   curl -s 'http://127.0.0.1:${proxy.port}/hello?name=world'
+  curl -s 'http://127.0.0.1:${proxy.port}/reports/daily'     (a token exchanged for reports-api)
 Readable logs: npm run demo | npx pino-pretty
 Stop with Ctrl-C.
 

@@ -13,7 +13,7 @@ export function createEchoUpstream (tokens: TokenServer): Server {
     req.on('data', (c: Buffer) => { size += c.length })
     req.on('end', () => {
       const body = verdict.ok
-        ? { authenticated: true, user: verdict.user, tokenExpiresInSeconds: Math.round(verdict.expiresIn), method: req.method, url: req.url, bodyBytes: size, requestId: req.headers['x-request-id'] }
+        ? { authenticated: true, user: verdict.user, client: verdict.client, audience: verdict.audience, tokenExpiresInSeconds: Math.round(verdict.expiresIn), method: req.method, url: req.url, bodyBytes: size, requestId: req.headers['x-request-id'] }
         : { authenticated: false, reason: verdict.reason }
       const text = JSON.stringify(body, null, 2) + '\n'
       res.writeHead(verdict.ok ? 200 : 401, {

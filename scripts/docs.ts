@@ -1,10 +1,14 @@
-// `npm run docs`: rewrites .env.example and the README's configuration table from the schema.
+// `npm run docs`: rewrites .env.example and the README's tables of variables from the schema.
 import { readFileSync, writeFileSync } from 'node:fs'
-import { renderEnvExample, renderReadmeTable } from '../src/config/docs.js'
+import { renderEnvExample, renderReadmeTable, renderRouteTable } from '../src/config/docs.js'
 
 writeFileSync('.env.example', renderEnvExample())
-const readme = readFileSync('README.md', 'utf8')
-const start = readme.indexOf('<!-- config:start -->')
-const end = readme.indexOf('<!-- config:end -->')
-if (start === -1 || end === -1) throw new Error('README.md lacks the config markers')
-writeFileSync('README.md', `${readme.slice(0, start)}<!-- config:start -->\n${renderReadmeTable()}\n${readme.slice(end)}`)
+/** The README's text between `<!-- name:start -->` and `<!-- name:end -->`, replaced. */
+function between (readme: string, name: string, table: string): string {
+  const start = readme.indexOf(`<!-- ${name}:start -->`)
+  const end = readme.indexOf(`<!-- ${name}:end -->`)
+  if (start === -1 || end === -1) throw new Error(`README.md lacks the ${name} markers`)
+  return `${readme.slice(0, start)}<!-- ${name}:start -->\n${table}\n${readme.slice(end)}`
+}
+
+writeFileSync('README.md', between(between(readFileSync('README.md', 'utf8'), 'config', renderReadmeTable()), 'routes', renderRouteTable()))

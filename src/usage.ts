@@ -1,3 +1,4 @@
+import { ROUTE_SETTING_DESCRIPTIONS } from './config/routes.js'
 import { properties } from './config/schema.js'
 import { VERSION } from './version.js'
 
@@ -9,6 +10,7 @@ export function usage (): string {
     const shown = p.default !== undefined ? `(default ${String(p.default)})` : p.required ? '(required)' : ''
     return `  ${name.padEnd(26)} ${p.description} ${shown}`.trimEnd()
   })
+  const routeRows = Object.entries(ROUTE_SETTING_DESCRIPTIONS).map(([setting, description]) => `  ROUTE_<NAME>_${setting.padEnd(22)} ${description}`)
   return `auth-sidecar ${VERSION}: an authenticating reverse proxy. It keeps an OAuth 2.0
 access token fresh against a Keycloak token endpoint and forwards every request
 it receives to BASE_URL with "Authorization: Bearer <token>".
@@ -25,6 +27,10 @@ an empty value means unset; *_FILE variants read a value from a file):
 ${rows.join('\n')}
   HTTPS_PROXY, HTTP_PROXY, NO_PROXY   egress proxy for the upstream and the auth server
   NODE_EXTRA_CA_CERTS                 extra trusted CAs (from the environment only)
+
+Named routes: more APIs from the same sidecar, each ROUTE_<NAME>_<SETTING>
+(NAME of letters, digits and _); the variables above are the default route's:
+${routeRows.join('\n')}
 
 More: README.md (quick start, troubleshooting), .env.example, docs/.
 `

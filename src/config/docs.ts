@@ -1,3 +1,4 @@
+import { ROUTE_SETTING_DESCRIPTIONS } from './routes.js'
 import { properties } from './schema.js'
 
 type Prop = { description: string, default?: string | number, secret?: boolean, required?: true }
@@ -20,6 +21,18 @@ export function renderEnvExample (): string {
     lines.push(p.default === undefined ? `# ${name}=` : `# ${name}=${p.default}`)
     lines.push('')
   }
+  lines.push(
+    '# Named routes: more APIs from the same sidecar (README.md, "Several APIs from',
+    '# one sidecar"). Each is a set of ROUTE_<NAME>_<SETTING> variables, NAME of',
+    '# letters, digits and _:',
+    ...Object.entries(ROUTE_SETTING_DESCRIPTIONS).map(([setting, description]) => `#   ${setting.padEnd(22)} ${description}`),
+    '# For example, an API that wants a token for its own audience, exchanged from',
+    '# the default route\'s:',
+    '# ROUTE_REPORTS_BASE_URL=https://reports.example.com',
+    '# ROUTE_REPORTS_PATH=/reports',
+    '# ROUTE_REPORTS_AUTH_EXCHANGE_AUDIENCE=reports-api',
+    ''
+  )
   return lines.join('\n')
 }
 
@@ -31,4 +44,9 @@ export function renderReadmeTable (): string {
     rows.push(`| \`${name}\` | ${shown === undefined ? 'none' : p.default === undefined ? shown : `\`${shown}\``} | ${p.description} |`)
   }
   return rows.join('\n')
+}
+
+/** The named routes' settings, for README.md. */
+export function renderRouteTable (): string {
+  return ['| `ROUTE_<NAME>_` | meaning |', '|---|---|', ...Object.entries(ROUTE_SETTING_DESCRIPTIONS).map(([setting, description]) => `| \`${setting}\` | ${description} |`)].join('\n')
 }

@@ -8,9 +8,19 @@ import { parseHttpUrl, plainWords, type Raw, type SchemaError } from './values.j
 /** The AUTH_* variables: what a route may set for itself, and what it takes from the default route otherwise. */
 export const AUTH_VARIABLES = Object.keys(properties).filter((name) => name.startsWith('AUTH_'))
 
-/** The settings of a named route: `ROUTE_<NAME>_<SETTING>`. */
+/** A named route's own settings, `ROUTE_<NAME>_<SETTING>`, and what each means (`--help`, `.env.example`, README). */
+export const ROUTE_SETTING_DESCRIPTIONS = {
+  BASE_URL: 'the route\'s upstream base URL (required); its token is sent to this origin only',
+  PATH: 'a path prefix on PROXY_PORT: /billing/x goes to BASE_URL + /x (/billingX is not under it); or',
+  PORT: 'its own port on PROXY_HOST, everything on it going to BASE_URL',
+  'AUTH_*': 'any AUTH_ variable, for this route alone (the others are the default route\'s): a route that sets one has its own credential and token; one that sets none shares the default route\'s',
+  AUTH_EXCHANGE_AUDIENCE: 'get the route\'s token by token exchange (RFC 8693) of the token it would use otherwise, for this audience',
+  AUTH_EXCHANGE_SCOPE: 'the scope asked for in that exchange'
+} as const
+
+/** The settings of a named route, longest first: the setting is the longest known one at the end of the variable. */
 const ROUTE_SETTINGS = [
-  'BASE_URL', 'PORT', 'PATH', 'AUTH_EXCHANGE_AUDIENCE', 'AUTH_EXCHANGE_SCOPE',
+  ...Object.keys(ROUTE_SETTING_DESCRIPTIONS).filter((setting) => setting !== 'AUTH_*'),
   ...AUTH_VARIABLES
 ].sort((a, b) => b.length - a.length)
 

@@ -91,4 +91,13 @@ t.test('the chart\'s alerts and the Grafana dashboard use only metrics the sidec
   const names = new Set([...used.matchAll(/\b((?:auth_sidecar|process|nodejs)_[a-z_]+)\b/g)].map((m) => m[1]))
   t.ok(names.size >= 8, `${names.size} metric names used`)
   for (const name of names) t.ok(served.has(name), `${name} is served`)
+  // and only labels it serves, besides those Prometheus adds itself
+  const metrics = (await send(`${h.adminUrl}/metrics`)).body
+  const servedLabels = new Set([...metrics.matchAll(/[{,]([a-z_]+)="/g)].map((m) => m[1]))
+  const labels = new Set([
+    ...[...used.matchAll(/by \(([a-z_, ]+)\)/g)].flatMap((m) => m[1]!.split(',').map((l) => l.trim())),
+    ...[...used.matchAll(/\$labels\.([a-z_]+)/g)].map((m) => m[1]!)
+  ])
+  t.ok(labels.has('route'), 'the alerts say which route')
+  for (const label of labels) if (!['pod', 'job', 'instance'].includes(label)) t.ok(servedLabels.has(label), `label ${label} is served`)
 })

@@ -1,14 +1,24 @@
 import { readFileSync } from 'node:fs'
 import t from 'tap'
-import { renderEnvExample, renderReadmeTable } from '../../src/config/docs.js'
+import { renderEnvExample, renderReadmeTable, renderRouteTable } from '../../src/config/docs.js'
+import { loadConfig } from '../../src/config/load.js'
 import { properties } from '../../src/config/schema.js'
 
 const root = new URL('../../', import.meta.url)
 
 t.test('.env.example and the README table say what the schema says (npm run docs)', async (t) => {
   t.equal(readFileSync(new URL('.env.example', root), 'utf8'), renderEnvExample(), '.env.example is current')
-  t.ok(readFileSync(new URL('README.md', root), 'utf8').includes(renderReadmeTable()), 'README table is current')
+  const readme = readFileSync(new URL('README.md', root), 'utf8')
+  t.ok(readme.includes(renderReadmeTable()), 'README table is current')
+  t.ok(readme.includes(renderRouteTable()), 'and so is its table of route settings')
   for (const name of Object.keys(properties)) {
     t.match(renderEnvExample(), new RegExp(`^# ${name}=`, 'm'), name)
   }
+})
+
+t.test('the example route of .env.example is a valid configuration', async (t) => {
+  const example = Object.fromEntries([...renderEnvExample().matchAll(/^# (ROUTE_[A-Z_]+)=(.+)$/gm)].map((m) => [m[1]!, m[2]!]))
+  t.ok(Object.keys(example).length >= 3, 'it has one')
+  const config = loadConfig({ BASE_URL: 'https://orders.example.com', AUTH_URL: 'https://sso.example.com', AUTH_CLIENT_ID: 'c', AUTH_USERNAME: 'u', AUTH_PASSWORD: 'p', ...example }, { cwd: '/nonexistent' })
+  t.match(config.routes.map((r) => r.name), ['default', 'reports'])
 })

@@ -19,10 +19,27 @@ t.test('--help and -h print usage with every variable and exit 0, touching nothi
     t.equal(await run.exited, 0, flag)
     const out = run.stdout.join('\n')
     for (const name of Object.keys(properties)) t.match(out, name, `${flag} lists ${name}`)
+    t.match(out, /ROUTE_<NAME>_BASE_URL[\s\S]*ROUTE_<NAME>_AUTH_EXCHANGE_AUDIENCE/, 'and the settings of a named route')
     t.match(out, /README\.md/)
   }
   await new Promise((resolve) => setTimeout(resolve, 200))
   t.equal(tokenServer.grants.length, 0, 'no grant was attempted')
+})
+
+t.test('npm run demo: each line it offers to try answers 200 through the sidecar, the second with an exchanged token', async (t) => {
+  const run = start({ PROXY_PORT: '0', ADMIN_PORT: '0' }, root, [], { entry: `${root}dist/dev/demo.js` })
+  t.teardown(async () => {
+    run.child.kill('SIGTERM')
+    await run.exited
+  })
+  await until(() => run.stderr.join('').includes('Stop with Ctrl-C'), 15_000)
+  const urls = [...run.stderr.join('').matchAll(/curl -s '([^']+)'/g)].map((m) => m[1]!)
+  t.equal(urls.length, 2, urls.join(' '))
+  const answers = await Promise.all(urls.map(async (url) => await send(url)))
+  t.same(answers.map((a) => a.status), [200, 200])
+  const [hello, reports] = answers.map((a) => JSON.parse(a.body) as { user: string, client: string, audience: string })
+  t.match(hello, { user: 'service-user', client: 'legacy-app' })
+  t.match(reports, { user: 'service-user', audience: 'reports-api' }, 'the /reports route\'s token is for reports-api')
 })
 
 t.test('--version prints the package version; the start-up line carries it', async (t) => {

@@ -1,3 +1,5 @@
+import { generateKeyPairSync } from 'node:crypto'
+import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { build, CLIENT_SECRET, metric, rawRequest, send, statusOf, until, type Harness } from '../helpers/build.js'
 import { FakeUpstream } from '../helpers/upstream.js'
@@ -166,6 +168,31 @@ t.test('token exchange: the route\'s token is the default credential\'s exchange
   const all = h.log.lines.join('\n')
   for (const g of h.tokenServer.grants) t.notOk(all.includes(g.form.subject_token ?? '!none!'), 'no subject token in the log')
   t.notMatch(all, /eyJ[A-Za-z0-9_-]{20,}\.eyJ/, 'no token at all in the log')
+})
+
+t.test('token exchange with a signed client assertion and DPoP: the exchange carries both, its token is bound to the same key and sent with a proof', async (t) => {
+  const [reports] = await upstreams(t, undefined, 1)
+  const dir = t.testdir({ 'client.pem': generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ type: 'pkcs8', format: 'pem' }) as string })
+  const h = await build(t, {
+    AUTH_CLIENT_SECRET: '',
+    AUTH_CLIENT_AUTH: 'private_key_jwt',
+    AUTH_CLIENT_KEY_FILE: join(dir, 'client.pem'),
+    AUTH_DPOP: 'true',
+    ROUTE_REPORTS_BASE_URL: reports!.url,
+    ROUTE_REPORTS_PATH: '/reports',
+    ROUTE_REPORTS_AUTH_EXCHANGE_AUDIENCE: 'reports-api'
+  }, { exchange: { 'legacy-app': ['reports-api'] }, dpop: { required: true } })
+  await until(() => h.app.routes.every((r) => r.credential.ready()))
+  t.equal((await send(`${h.proxyUrl}/reports/x`)).status, 200)
+  const [grant, exchange] = h.tokenServer.grants
+  t.equal(exchange!.grantType, 'urn:ietf:params:oauth:grant-type:token-exchange')
+  t.equal(exchange!.clientAuth, 'jwt', 'the client authenticated by its signed assertion')
+  t.equal(exchange!.form.client_secret, undefined)
+  t.ok(exchange!.jkt !== undefined && exchange!.jkt === grant!.jkt, 'a DPoP proof with the sidecar\'s one key')
+  const sent = reports!.received.at(-1)!
+  t.match(sent.headers.authorization, /^DPoP /)
+  t.ok(typeof sent.headers.dpop === 'string', 'and a proof for the request')
+  t.match(h.tokenServer.verify(sent.headers.authorization), { ok: true, audience: 'reports-api', jkt: grant!.jkt }, 'the exchanged token is bound to it')
 })
 
 t.test('token exchange refused: with an invalid subject token, the subject is renewed once and the refused one never sent again; refused outright, paced and 503', async (t) => {
