@@ -26,7 +26,10 @@
 // first request, once V8's memory reducer has run; 1 reads it at once),
 // BENCH_DPOP (ES256: the algorithm of the sidecar with AUTH_DPOP=true,
 // measured against the bearer sidecars in rounds of their own after the
-// main ones; empty leaves it out).
+// main ones; empty leaves it out). The routes part runs sidecars with ten
+// named routes: a request on a named route against one on their default
+// route and on a one-route sidecar, in rounds of their own, and the idle
+// RSS of one route, ten sharing its credential and ten each with its own.
 //
 // CPU pinning: where `taskset` exists and there are two or more cores, every
 // proxy runs on core 1 alone, and the load generator and the upstream on
@@ -53,8 +56,8 @@ const GRANT_SECONDS = env('BENCH_GRANT_SECONDS', 20)
 const STARTS = env('BENCH_STARTS', 5)
 /** Idle RSS is read this long after the first request (V8's memory reducer has run by then), in the load part and for the first start. */
 const SETTLE_SECONDS = env('BENCH_SETTLE_SECONDS', 15)
-/** BENCH_ONLY=startup (or load, stream, grants, comma-separated) runs only those parts. */
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'load,stream,grants,startup,proofs').split(','))
+/** BENCH_ONLY=startup (or load, stream, grants, proofs, routes, comma-separated) runs only those parts. */
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'load,stream,grants,startup,proofs,routes').split(','))
 const DPOP = process.env.BENCH_DPOP ?? 'ES256'
 // The sidecar runs as the image starts it, with the Node options of the
 // Dockerfile's ENTRYPOINT; BENCH_NODE_FLAGS replaces them ('' for none).
@@ -364,6 +367,48 @@ async function main () {
     for (const d of started) d.child.kill('SIGKILL')
   }
 
+  // Routes: ten path routes to the same upstream, sharing the default
+  // route's credential; in rounds of their own like DPoP's.
+  const tenRoutes = (own) => Object.fromEntries(Array.from({ length: 10 }, (_, i) => [
+    [`ROUTE_R${i + 1}_BASE_URL`, `http://127.0.0.1:${upstream.info.port}`],
+    [`ROUTE_R${i + 1}_PATH`, `/r${i + 1}`],
+    // a scope of its own makes a credential of its own: its own grants and token
+    ...(own ? [[`ROUTE_R${i + 1}_AUTH_SCOPE`, `r${i + 1}`]] : [])
+  ]).flat())
+  let routes = null
+  if (ONLY.has('routes')) {
+    const ten = await times(PROCS, () => startSidecar(upstream.info.port, tokenServer, 1, 'dist/main.js', tenRoutes(false)))
+    for (const d of ten) await untilOk(`http://127.0.0.1:${d.port}/r10/`)
+    const set = [
+      ...targets.filter((t) => t.variant === 'auth-sidecar'),
+      ...ten.map((d, i) => ({ variant: 'ten routes, default route', name: `ten-default#${i + 1}`, url: `http://127.0.0.1:${d.port}/`, pid: d.child.pid })),
+      ...ten.map((d, i) => ({ variant: 'ten routes, named route', name: `ten-named#${i + 1}`, url: `http://127.0.0.1:${d.port}/r10/x`, pid: d.child.pid }))
+    ]
+    for (const t of set) await load(t.url, { duration: 2 })
+    const routeRuns = Object.fromEntries(set.map((t) => [t.name, []]))
+    await inRounds(set, routeRuns, 'routes round')
+    const routeSummary = summarize(set, routeRuns)
+    for (const d of ten) d.child.kill('SIGKILL')
+    // idle memory, all started together and read after the same settling time
+    const kinds = { 'one route': {}, 'ten routes, one credential': tenRoutes(false), 'ten routes, ten credentials': tenRoutes(true) }
+    const started = Object.fromEntries(await Promise.all(Object.entries(kinds).map(async ([kind, extra]) => [kind, await times(PROCS, () => startSidecar(upstream.info.port, tokenServer, 1, 'dist/main.js', extra))])))
+    for (const group of Object.values(started)) for (const d of group) await untilOk(`http://127.0.0.1:${d.port}/`)
+    await sleep(Math.max(SETTLE_SECONDS, 1) * 1000)
+    const idleRss = Object.fromEntries(Object.entries(started).map(([kind, group]) => [kind, group.map((d) => rssMb(d.child.pid))]))
+    for (const group of Object.values(started)) for (const d of group) d.child.kill('SIGKILL')
+    routes = {
+      summary: routeSummary,
+      namedToDefault: routeSummary['ten routes, named route'].cpuUsPerRequest / routeSummary['ten routes, default route'].cpuUsPerRequest,
+      namedToDefaultSpread: spreadOf(routeSummary, 'ten routes, named route', 'ten routes, default route'),
+      namedToDefaultByRound: byRoundOf(set, routeRuns, 'ten routes, named route', 'ten routes, default route'),
+      namedToOneRoute: routeSummary['ten routes, named route'].cpuUsPerRequest / routeSummary['auth-sidecar'].cpuUsPerRequest,
+      namedToOneRouteByRound: byRoundOf(set, routeRuns, 'ten routes, named route', 'auth-sidecar'),
+      idleRssMb: idleRss,
+      runs: routeRuns
+    }
+    console.error(`routes: named / default route CPU ${routes.namedToDefault.toFixed(2)}; idle RSS ${Object.entries(idleRss).map(([k, v]) => `${k} ${median(v).toFixed(0)} MB`).join(', ')}`)
+  }
+
   // Grants and start-up are measured with no other Node proxy on core 1:
   // the others' timers and renewals would be counted in or slow them down.
   for (const t of targets) if (t.variant === 'auth-sidecar' && t !== firstOf('auth-sidecar')) process.kill(t.pid, 'SIGKILL')
@@ -443,6 +488,7 @@ async function main () {
     startup,
     previousStartup,
     dpop,
+    routes,
     proofs: ONLY.has('proofs') ? proofCost() : null,
     runs
   }
@@ -572,6 +618,14 @@ function table (r) {
     lines.push('', `| DPoP mode (${d.alg}) against bearer mode, rounds of their own | req/s | p50 ms | p99 ms | proxy CPU µs/req | each process's median | non-2xx |`, '|---|---|---|---|---|---|---|')
     for (const [name, x] of Object.entries(d.summary)) lines.push(`| ${name} | ${f(x.rps)} | ${f(x.p50, 1)} | ${f(x.p99, 1)} | ${f(x.cpuUsPerRequest, 1)} | ${x.cpuUsPerRequestByProcess.map((y) => f(y, 1)).join(' / ')} | ${x.non2xx} |`)
     lines.push('', `DPoP mode's CPU per request / bearer mode's: ${f(d.cpuToBearer, 2)}${range(d.cpuToBearerSpread)}; round by round median ${f(d.cpuToBearerByRound?.median, 2)}, ${f(d.cpuToBearerByRound?.min, 2)}–${f(d.cpuToBearerByRound?.max, 2)}.`)
+  }
+  if (r.routes) {
+    const x = r.routes
+    lines.push('', '| ten named routes, rounds of their own | req/s | p50 ms | p99 ms | proxy CPU µs/req | each process\'s median | non-2xx |', '|---|---|---|---|---|---|---|')
+    for (const [name, y] of Object.entries(x.summary)) lines.push(`| ${name === 'auth-sidecar' ? 'one route' : name} | ${f(y.rps)} | ${f(y.p50, 1)} | ${f(y.p99, 1)} | ${f(y.cpuUsPerRequest, 1)} | ${y.cpuUsPerRequestByProcess.map((z) => f(z, 1)).join(' / ')} | ${y.non2xx} |`)
+    lines.push('', `A named route's CPU per request / the default route's, same processes: ${f(x.namedToDefault, 2)}${range(x.namedToDefaultSpread)}; round by round median ${f(x.namedToDefaultByRound?.median, 2)}, ${f(x.namedToDefaultByRound?.min, 2)}–${f(x.namedToDefaultByRound?.max, 2)}. Against a one-route sidecar: ${f(x.namedToOneRoute, 2)}, round by round median ${f(x.namedToOneRouteByRound?.median, 2)}.`)
+    lines.push('', `| idle RSS, ${r.settings.SETTLE_SECONDS} s after start | median MB | each process |`, '|---|---|---|')
+    for (const [kind, v] of Object.entries(x.idleRssMb)) lines.push(`| ${kind} | ${f(median(v))} | ${v.map((z) => f(z)).join(' / ')} |`)
   }
   if (r.proofs) {
     lines.push('', `| one DPoP proof (${r.proofs.count} per turn, ${r.proofs.turns} turns in alternation) | CPU µs per proof, median | range of the turns |`, '|---|---|---|')
