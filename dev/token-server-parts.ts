@@ -26,8 +26,20 @@ export interface TokenServerOptions {
   publicUrl?: string
   /** client_credentials answers carry a refresh token (Keycloak's "Use refresh tokens for client credentials grant"); false by default */
   clientCredentialsRefresh?: boolean
-  /** serve HTTPS with this key and certificate (PEM) */
-  tls?: { key: string, cert: string }
+  /**
+   * Serve HTTPS with this key and certificate (PEM); with `ca`, a client
+   * certificate is asked for and, when that CA signed it, taken (Keycloak's
+   * `--https-client-auth=request`)
+   */
+  tls?: { key: string, cert: string, ca?: string }
+  /**
+   * RFC 8705: `bound` binds tokens (and refresh tokens) to the client
+   * certificate of their request (`cnf.x5t#S256`); `aliases` publishes
+   * mtls_endpoint_aliases in discovery, the token endpoint under /mtls/
+   */
+  mtls?: { bound?: boolean, aliases?: boolean }
+  /** tls_client_auth: client id → the CN of the certificate it authenticates with */
+  tlsClients?: Record<string, string>
   /**
    * DPoP (RFC 9449): a request with a valid proof gets a token bound to its
    * key; `required` refuses one without (Keycloak's "Require DPoP bound
@@ -53,6 +65,10 @@ export interface GrantRecord {
   status: number
   /** the thumbprint of the key a valid DPoP proof named */
   jkt?: string
+  /** the x5t#S256 of the client certificate the request came with, when the CA signed it */
+  certificate?: string
+  /** the path it was sent to */
+  path?: string
 }
 
 /** A call to the end-session or revocation endpoint. */
@@ -91,6 +107,8 @@ export const KC = {
   boundLogout: { status: 400, error: 'invalid_grant', description: 'DPoP proof is missing' },
   // standard token exchange (Keycloak 26.x)
   badSubject: { status: 400, error: 'invalid_request', description: 'Invalid token' },
+  // a certificate-bound refresh token with another certificate, or none
+  otherCertificate: { status: 401, error: 'unauthorized_client', description: 'Client certificate missing, or its thumbprint and one in the refresh token did NOT match' },
   noExchange: { status: 400, error: 'invalid_request', description: 'Standard token exchange is not enabled for the requested client' },
   noAudience: { status: 400, error: 'invalid_request', description: 'Requested audience not available' }
 }

@@ -1,14 +1,23 @@
-import { createSign, createVerify, randomBytes, randomUUID } from 'node:crypto'
+import { createHash, createSign, createVerify, randomBytes, randomUUID } from 'node:crypto'
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { createServer as createTlsServer } from 'node:https'
 import type { AddressInfo } from 'node:net'
+import type { TLSSocket } from 'node:tls'
 import { DpopVerifier } from './dpop-proof.js'
 import { clientAuthOf, json, KC, kcError, readForm, signingKey, writeFault, type Fault, type GrantRecord, type LogoutRecord, type TokenServerOptions } from './token-server-parts.js'
 
 export type { Fault, GrantRecord, LogoutRecord, TokenServerOptions } from './token-server-parts.js'
 
 interface Session { id: string, client: string, user: string, active: boolean, started: number }
-interface RefreshState { session: Session, expiresAt: number | undefined, used: boolean, jkt: string | undefined }
+interface RefreshState { session: Session, expiresAt: number | undefined, used: boolean, jkt: string | undefined, x5t: string | undefined }
+
+/** What a token request proved besides its client: a DPoP key, a TLS client certificate. */
+interface Binding {
+  jkt?: string | undefined
+  /** the certificate's x5t#S256 and CN */
+  x5t?: string | undefined
+  subject?: string | undefined
+}
 
 /**
  * A development token server that answers the way Keycloak does: the same
@@ -42,6 +51,12 @@ export class TokenServer {
   readonly dpop: DpopVerifier
   /** client id → the audiences its tokens may be exchanged for */
   exchange: Record<string, string[]>
+  /** RFC 8705: tokens bound to the request's client certificate */
+  mtlsBound: boolean
+  /** discovery publishes mtls_endpoint_aliases */
+  mtlsAliases: boolean
+  /** tls_client_auth: client id → its certificate's CN */
+  tlsClients: Record<string, string>
   /** most token requests ever seen in flight at once */
   maxConcurrent = 0
   #concurrent = 0
@@ -68,9 +83,13 @@ export class TokenServer {
     this.dpop = new DpopVerifier({ nonce: options.dpop?.nonce ?? false })
     this.exchange = options.exchange ?? {}
     this.#scheme = options.tls === undefined ? 'http' : 'https'
-    this.server = options.tls === undefined
+    this.mtlsBound = options.mtls?.bound ?? false
+    this.mtlsAliases = options.mtls?.aliases ?? false
+    this.tlsClients = options.tlsClients ?? {}
+    const tls = options.tls === undefined ? undefined : { ...options.tls, ...(options.tls.ca !== undefined && { requestCert: true, rejectUnauthorized: false }) }
+    this.server = tls === undefined
       ? createServer((req, res) => this.#handle(req, res))
-      : createTlsServer(options.tls, (req, res) => this.#handle(req, res))
+      : createTlsServer(tls, (req, res) => this.#handle(req, res))
   }
 
   async listen (port = 0, host = '127.0.0.1'): Promise<string> {
@@ -100,6 +119,11 @@ export class TokenServer {
     return (this.publicUrl ?? this.url) + this.#realmPath
   }
 
+  /** The token endpoint's mTLS alias (RFC 8705 §5), a path of its own here so that its use shows. */
+  get #mtlsTokenPath (): string {
+    return this.tokenPath.replace(/\/token$/, '/mtls/token')
+  }
+
   get #realmPath (): string {
     return this.tokenPath.replace(/\/protocol\/openid-connect\/token$/, '')
   }
@@ -124,7 +148,7 @@ export class TokenServer {
    * token is bound to), or why it is refused. A bound token is refused as a
    * bearer token; its proof is the resource server's to check.
    */
-  verify (header: string | undefined): { ok: true, user: string, client: string, audience: string, expiresIn: number, jkt?: string } | { ok: false, reason: string } {
+  verify (header: string | undefined, certificate?: string): { ok: true, user: string, client: string, audience: string, expiresIn: number, jkt?: string, x5t?: string } | { ok: false, reason: string } {
     const scheme = /^(Bearer|DPoP) /i.exec(header ?? '')?.[1]?.toLowerCase()
     if (header === undefined || scheme === undefined) return { ok: false, reason: 'no bearer token' }
     const token = header.slice(scheme.length + 1)
@@ -133,11 +157,13 @@ export class TokenServer {
     const valid = createVerify('RSA-SHA256').update(`${h}.${p}`).verify(this.#key.publicKey, Buffer.from(sig, 'base64url'))
     if (!valid) return { ok: false, reason: 'bad signature' }
     if (this.#revoked.has(token)) return { ok: false, reason: 'revoked' }
-    const claims = JSON.parse(Buffer.from(p, 'base64url').toString()) as { exp: number, preferred_username: string, azp: string, aud: string, cnf?: { jkt: string } }
+    const claims = JSON.parse(Buffer.from(p, 'base64url').toString()) as { exp: number, preferred_username: string, azp: string, aud: string, cnf?: { jkt?: string, 'x5t#S256'?: string } }
     const now = Date.now() / 1000
     if (claims.exp <= now) return { ok: false, reason: 'expired' }
-    if ((claims.cnf !== undefined) !== (scheme === 'dpop')) return { ok: false, reason: claims.cnf === undefined ? 'a bearer token sent as DPoP' : 'a DPoP-bound token sent as bearer' }
-    return { ok: true, user: claims.preferred_username, client: claims.azp, audience: claims.aud, expiresIn: claims.exp - now, ...(claims.cnf !== undefined && { jkt: claims.cnf.jkt }) }
+    if ((claims.cnf?.jkt !== undefined) !== (scheme === 'dpop')) return { ok: false, reason: claims.cnf?.jkt === undefined ? 'a bearer token sent as DPoP' : 'a DPoP-bound token sent as bearer' }
+    const x5t = claims.cnf?.['x5t#S256']
+    if (x5t !== undefined && x5t !== certificate) return { ok: false, reason: certificate === undefined ? 'a certificate-bound token without a client certificate' : 'a certificate-bound token with another client certificate' }
+    return { ok: true, user: claims.preferred_username, client: claims.azp, audience: claims.aud, expiresIn: claims.exp - now, ...(claims.cnf?.jkt !== undefined && { jkt: claims.cnf.jkt }), ...(x5t !== undefined && { x5t }) }
   }
 
   #handle (req: IncomingMessage, res: ServerResponse): void {
@@ -157,7 +183,8 @@ export class TokenServer {
         revocation_endpoint: `${base}/revoke`,
         jwks_uri: `${base}/certs`,
         grant_types_supported: ['authorization_code', 'implicit', 'refresh_token', 'password', 'client_credentials'],
-        token_endpoint_auth_methods_supported: ['private_key_jwt', 'client_secret_basic', 'client_secret_post', 'tls_client_auth', 'client_secret_jwt']
+        token_endpoint_auth_methods_supported: ['private_key_jwt', 'client_secret_basic', 'client_secret_post', 'tls_client_auth', 'client_secret_jwt'],
+        ...(this.mtlsAliases && { mtls_endpoint_aliases: { token_endpoint: (this.publicUrl ?? this.url) + this.#mtlsTokenPath, revocation_endpoint: `${base}/revoke`, end_session_endpoint: `${base}/logout` } })
       })
     }
     const logoutPath = this.tokenPath.replace(/\/token$/, '/logout')
@@ -176,7 +203,8 @@ export class TokenServer {
           return writeFault(res, fault)
         }
         this.#proven(req, req.url ?? '').then((proof) => {
-          const { status, body } = !('jkt' in proof) ? proof : endpoint === 'logout' ? this.#logout(form, req.headers.authorization) : this.#revoke(form, req.headers.authorization)
+          const presented = presentedCertificate(req)
+          const { status, body } = !('jkt' in proof) ? proof : endpoint === 'logout' ? this.#logout(form, req.headers.authorization, presented) : this.#revoke(form, req.headers.authorization, presented)
           this.logouts.push({ endpoint, form, clientAuth: clientAuthOf(form, req.headers.authorization), status, ...('jkt' in proof && proof.jkt !== undefined && { jkt: proof.jkt }) })
           if (body === undefined) {
             res.writeHead(status)
@@ -187,7 +215,7 @@ export class TokenServer {
       })
       return
     }
-    if (req.method !== 'POST' || req.url !== this.tokenPath) {
+    if (req.method !== 'POST' || (req.url !== this.tokenPath && !(this.mtlsAliases && req.url === this.#mtlsTokenPath))) {
       return json(res, 404, { error: 'Unable to find matching target resource method' })
     }
     this.#concurrent += 1
@@ -197,12 +225,17 @@ export class TokenServer {
       const form = Object.fromEntries(params)
       const authorization = req.headers.authorization
       const fault = this.faults.shift()
+      const presented = presentedCertificate(req)
       const record = (status: number, jkt?: string): void => {
-        this.grants.push({ grantType: form.grant_type ?? '', form, params, clientAuth: clientAuthOf(form, authorization), at: Date.now(), status, ...(jkt !== undefined && { jkt }) })
+        this.grants.push({
+          grantType: form.grant_type ?? '', form, params, clientAuth: clientAuthOf(form, authorization), at: Date.now(), status, path: req.url ?? '',
+          ...(jkt !== undefined && { jkt }),
+          ...(presented !== undefined && { certificate: presented.x5t })
+        })
       }
       const answer = (): void => {
-        this.#proven(req, this.tokenPath).then((proof) => {
-          const { status, body } = 'jkt' in proof ? this.#grant(form, authorization, proof.jkt) : proof
+        this.#proven(req, req.url ?? this.tokenPath).then((proof) => {
+          const { status, body } = 'jkt' in proof ? this.#grant(form, authorization, { jkt: proof.jkt, ...presented }) : proof
           record(status, 'jkt' in proof ? proof.jkt : undefined)
           if (!res.destroyed) json(res, status, body, this.dpop.nonce === undefined ? {} : { 'dpop-nonce': this.dpop.nonce })
         }, (err: unknown) => { res.destroy(err as Error) })
@@ -240,7 +273,7 @@ export class TokenServer {
   }
 
   /** The client a request authenticates as (form fields or client_secret_basic), or Keycloak's refusal. */
-  #client (form: Record<string, string>, authorization: string | undefined): { clientId: string } | { status: number, body: object } {
+  #client (form: Record<string, string>, authorization: string | undefined, bound: Binding = {}): { clientId: string } | { status: number, body: object } {
     let clientId = form.client_id
     let given = form.client_secret
     if (authorization !== undefined) {
@@ -258,23 +291,27 @@ export class TokenServer {
     if (form.client_assertion !== undefined) {
       return form.client_assertion_type === 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer' && form.client_secret === undefined ? { clientId } : kcError(KC.unknownClient)
     }
+    // tls_client_auth: the certificate, signed by the CA, with the client's CN, and nothing else
+    const subject = this.tlsClients[clientId]
+    if (subject !== undefined) return given === undefined && bound.subject === subject ? { clientId } : kcError(KC.unknownClient)
     const secret = this.clients[clientId]
     if (secret !== undefined && given !== secret) return kcError(KC.badClientSecret)
     return { clientId }
   }
 
-  #grant (form: Record<string, string>, authorization: string | undefined, jkt: string | undefined): { status: number, body: object } {
-    const client = this.#client(form, authorization)
+  #grant (form: Record<string, string>, authorization: string | undefined, bound: Binding): { status: number, body: object } {
+    const { jkt } = bound
+    const client = this.#client(form, authorization, bound)
     if (!('clientId' in client)) return client
     const { clientId } = client
 
     if (form.grant_type === 'client_credentials') {
-      if (this.clients[clientId] === undefined) return kcError(KC.publicServiceAccount)
+      if (this.clients[clientId] === undefined && this.tlsClients[clientId] === undefined) return kcError(KC.publicServiceAccount)
       if (!this.serviceAccounts) return kcError(KC.noServiceAccount)
       const session: Session = { id: randomUUID(), client: clientId, user: `service-account-${clientId}`, active: true, started: Date.now() }
-      if (!this.clientCredentialsRefresh) return this.#issue(session, form.scope, jkt, false)
+      if (!this.clientCredentialsRefresh) return this.#issue(session, form.scope, bound, false)
       this.#sessions.set(session.id, session)
-      return this.#issue(session, form.scope, jkt)
+      return this.#issue(session, form.scope, bound)
     }
 
     if (form.grant_type === 'password') {
@@ -282,7 +319,7 @@ export class TokenServer {
       if (!(user in this.users) || this.users[user] !== form.password) return kcError(KC.badUser)
       const session: Session = { id: randomUUID(), client: clientId, user, active: true, started: Date.now() }
       this.#sessions.set(session.id, session)
-      return this.#issue(session, form.scope, jkt)
+      return this.#issue(session, form.scope, bound)
     }
     if (form.grant_type === 'refresh_token') {
       const state = this.#refresh.get(form.refresh_token ?? '')
@@ -296,10 +333,11 @@ export class TokenServer {
       // a public client's refresh token is bound to its key (a confidential
       // client's is not): refreshed with a proof of that key only
       if (state.jkt !== undefined && state.jkt !== jkt) return jkt === undefined ? kcError(KC.noProof) : kcError(KC.otherKey)
+      if (state.x5t !== undefined && state.x5t !== bound.x5t) return kcError(KC.otherCertificate)
       state.used = true
-      return this.#issue(state.session, form.scope, jkt)
+      return this.#issue(state.session, form.scope, bound)
     }
-    if (form.grant_type === 'urn:ietf:params:oauth:grant-type:token-exchange') return this.#exchange(clientId, form, jkt)
+    if (form.grant_type === 'urn:ietf:params:oauth:grant-type:token-exchange') return this.#exchange(clientId, form, bound)
     if (form.grant_type === undefined) {
       return { status: 400, body: { error: 'invalid_request', error_description: 'Missing form parameter: grant_type' } }
     }
@@ -312,21 +350,21 @@ export class TokenServer {
    * without a refresh token. An invalid subject is `invalid_request`, as
    * Keycloak words it.
    */
-  #exchange (clientId: string, form: Record<string, string>, jkt: string | undefined): { status: number, body: object } {
+  #exchange (clientId: string, form: Record<string, string>, bound: Binding): { status: number, body: object } {
     const allowed = this.exchange[clientId]
     if (allowed === undefined) return kcError(KC.noExchange)
-    const subject = this.verify(`${jkt === undefined ? 'Bearer' : 'DPoP'} ${form.subject_token ?? ''}`)
+    const subject = this.verify(`${bound.jkt === undefined ? 'Bearer' : 'DPoP'} ${form.subject_token ?? ''}`, bound.x5t)
     if (!subject.ok || subject.client !== clientId || form.subject_token_type !== 'urn:ietf:params:oauth:token-type:access_token') return kcError(KC.badSubject)
     const audience = form.audience ?? ''
     if (!allowed.includes(audience)) return { status: 400, body: { error: KC.noAudience.error, error_description: `${KC.noAudience.description}: ${audience}` } }
     const session = [...this.#sessions.values()].find((s) => s.user === subject.user && s.client === clientId && s.active) ??
       { id: randomUUID(), client: clientId, user: subject.user, active: true, started: Date.now() }
-    return this.#issue(session, form.scope, jkt, false, audience)
+    return this.#issue(session, form.scope, bound, false, audience)
   }
 
   /** Keycloak's end-session endpoint as a client calls it: the session of the refresh token ends (204). */
-  #logout (form: Record<string, string>, authorization: string | undefined): { status: number, body?: object } {
-    const client = this.#client(form, authorization)
+  #logout (form: Record<string, string>, authorization: string | undefined, bound: Binding = {}): { status: number, body?: object } {
+    const client = this.#client(form, authorization, bound)
     if (!('clientId' in client)) return client
     const state = this.#refresh.get(form.refresh_token ?? '')
     if (state === undefined || (state.expiresAt !== undefined && state.expiresAt <= Date.now())) return kcError(KC.badRefresh)
@@ -337,8 +375,8 @@ export class TokenServer {
   }
 
   /** RFC 7009: 200 whether or not the token was known; a refresh token's session ends. */
-  #revoke (form: Record<string, string>, authorization: string | undefined): { status: number, body?: object } {
-    const client = this.#client(form, authorization)
+  #revoke (form: Record<string, string>, authorization: string | undefined, bound: Binding = {}): { status: number, body?: object } {
+    const client = this.#client(form, authorization, bound)
     if (!('clientId' in client)) return client
     const state = this.#refresh.get(form.token ?? '')
     if (state !== undefined) state.session.active = false
@@ -350,7 +388,9 @@ export class TokenServer {
     return this.sessionMaxSeconds === 0 ? Infinity : session.started + this.sessionMaxSeconds * 1000 - Date.now()
   }
 
-  #issue (session: Session, scope: string | undefined, jkt: string | undefined, withRefresh = true, audience = 'account'): { status: number, body: object } {
+  #issue (session: Session, scope: string | undefined, bound: Binding, withRefresh = true, audience = 'account'): { status: number, body: object } {
+    const jkt = bound.jkt
+    const x5t = this.mtlsBound ? bound.x5t : undefined
     const now = Math.floor(Date.now() / 1000)
     const offline = (scope ?? '').split(' ').includes('offline_access')
     const claims = {
@@ -365,7 +405,7 @@ export class TokenServer {
       azp: session.client,
       sid: session.id,
       preferred_username: session.user,
-      ...(jkt !== undefined && { cnf: { jkt } })
+      ...((jkt !== undefined || x5t !== undefined) && { cnf: { ...(jkt !== undefined && { jkt }), ...(x5t !== undefined && { 'x5t#S256': x5t }) } })
     }
     const head = Buffer.from(JSON.stringify({ alg: 'RS256', typ: 'JWT', kid: this.#key.kid })).toString('base64url')
     const payload = Buffer.from(JSON.stringify(claims)).toString('base64url')
@@ -386,7 +426,8 @@ export class TokenServer {
       session,
       expiresAt: refreshSeconds === 0 ? undefined : Date.now() + refreshSeconds * 1000,
       used: false,
-      jkt: this.clients[session.client] === undefined ? jkt : undefined
+      jkt: this.clients[session.client] === undefined ? jkt : undefined,
+      x5t
     })
     return {
       status: 200,
@@ -402,4 +443,13 @@ export class TokenServer {
       }
     }
   }
+}
+
+/** The client certificate a request came with, when the server's CA signed it: its x5t#S256 and CN. */
+function presentedCertificate (req: IncomingMessage): { x5t: string, subject: string } | undefined {
+  const socket = req.socket as TLSSocket
+  if (socket.encrypted !== true || !socket.authorized) return undefined
+  const cert = socket.getPeerCertificate()
+  if (cert.raw === undefined) return undefined
+  return { x5t: createHash('sha256').update(cert.raw).digest('base64url'), subject: String(cert.subject?.CN ?? '') }
 }

@@ -6,7 +6,8 @@
 //                                            when the process that started it is gone (tap's before)
 //
 // Two servers run, one per path layout: Keycloak 17+ serves at the root,
-// earlier versions (and `--http-relative-path=/auth`) under /auth. Each has
+// earlier versions (and `--http-relative-path=/auth`) under /auth; the root
+// one also serves HTTPS with client certificates (mutual TLS). Each has
 // an in-memory database, so every test run starts from nothing; tests create
 // their own realms through the admin API from the files in test/keycloak/.
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
@@ -14,6 +15,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, w
 import { createServer } from 'node:net'
 import { homedir } from 'node:os'
 import { join } from 'node:path'
+import { TestCa } from './test-ca.mjs'
 
 export const KEYCLOAK_VERSION = '26.7.3'
 export const ADMIN = { username: 'admin', password: 'admin-password-for-tests' }
@@ -55,7 +57,7 @@ export function fetchDistribution () {
 /** A copy of the distribution built for one path layout (the build is what makes starts quick). */
 export function buildLayout (layout) {
   const home = join(cacheRoot, layout)
-  const options = [...BUILD_OPTIONS, ...(layout === 'auth' ? ['--http-relative-path=/auth'] : [])]
+  const options = [...BUILD_OPTIONS, ...(layout === 'auth' ? ['--http-relative-path=/auth'] : ['--https-client-auth=request'])]
   const marker = join(home, '.auth-sidecar-build')
   if (existsSync(marker) && readFileSync(marker, 'utf8') === options.join(' ')) return home
   const dist = fetchDistribution()
@@ -86,14 +88,34 @@ async function untilReady (url, child, timeoutMs) {
   throw new Error(`Keycloak was not ready within ${timeoutMs / 1000} s`)
 }
 
+/**
+ * HTTPS beside HTTP on the root layout, for the mutual TLS tests: a CA made
+ * for this run (in `<dir>/tls`, where the tests issue their client
+ * certificates from it), a server certificate for 127.0.0.1, and client
+ * certificates asked for and, when that CA signed them, taken
+ * (`--https-client-auth=request`, a build option of the root layout; the CA
+ * in Keycloak's truststore).
+ */
+function httpsOptions (dir, port) {
+  const ca = TestCa.create(join(dir, 'tls'))
+  const server = ca.issue('keycloak', { cn: '127.0.0.1', san: 'IP:127.0.0.1,DNS:localhost', keyType: 'rsa' })
+  return {
+    args: [`--https-port=${port}`, `--https-certificate-file=${server.certFile}`, `--https-certificate-key-file=${server.keyFile}`,
+      `--truststore-paths=${ca.caFile}`, '--http-management-scheme=http'],
+    info: { httpsUrl: `https://127.0.0.1:${port}`, caDir: ca.dir }
+  }
+}
+
 /** Starts one layout, its process in `children` at once; resolves once /health/ready answers. */
 async function startLayout (layout, dir, children) {
   const home = buildLayout(layout)
   const [port, management] = [await freePort(), await freePort()]
+  const https = layout === 'root' ? httpsOptions(dir, await freePort()) : { args: [], info: {} }
   const log = openSync(join(dir, `keycloak-${layout}.log`), 'w')
   const child = spawn(join(home, 'bin', 'kc.sh'), [
     'start', '--optimized', '--http-enabled=true', '--hostname-strict=false',
-    '--http-host=127.0.0.1', `--http-port=${port}`, `--http-management-port=${management}`, '--log-level=warn'
+    '--http-host=127.0.0.1', `--http-port=${port}`, `--http-management-port=${management}`, '--log-level=warn',
+    ...https.args
   ], {
     env: {
       ...process.env,
@@ -108,7 +130,7 @@ async function startLayout (layout, dir, children) {
   children.push(child)
   const prefix = LAYOUTS[layout] === '/' ? '' : LAYOUTS[layout]
   await untilReady(`http://127.0.0.1:${management}${prefix}/health/ready`, child, 180_000)
-  return { child, info: { layout, url: `http://127.0.0.1:${port}${prefix}`, pid: child.pid } }
+  return { child, info: { layout, url: `http://127.0.0.1:${port}${prefix}`, pid: child.pid, ...https.info } }
 }
 
 /**

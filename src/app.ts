@@ -15,6 +15,9 @@ import { UpstreamSlots } from './proxy/upstream-slots.js'
 import { SecretScrubber } from './secrets.js'
 import { systemClock, type Clock } from './token/clock.js'
 import { createAuthHttp, type AuthHttp } from './token/http.js'
+import { tlsNames } from './config/tls.js'
+import { TlsDispatcher } from './tls/dispatchers.js'
+import { TlsFileSets, type ConnectTls, type TlsFiles } from './tls/files.js'
 
 export interface AppDeps {
   logger: pino.Logger
@@ -38,6 +41,8 @@ export interface App {
   events: EventEmitter<ProxyEvents>
   /** known secret values (credentials, tokens, a proxy's password), for texts shown to people */
   secrets: SecretScrubber
+  /** the client certificates in use: which way (upstream, auth), for which route, and their files */
+  certificates: Array<{ which: 'upstream' | 'auth', route: string, files: TlsFiles }>
   /** Starts the token lifecycle and every listener; resolves with their addresses (the routes' with a port of their own by name). */
   listen(): Promise<{ proxy: AddressInfo, admin: AddressInfo, routes: Record<string, AddressInfo> }>
   /**
@@ -85,10 +90,28 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     if (password !== '') secrets.add(decodeURIComponent(username))
   }
 
-  let tokenDispatcher: Dispatcher | undefined
-  const http = deps.http ?? createAuthHttp(tokenDispatcher = createDispatcher(config.egress, undefined, { connections: 2, keepAliveTimeout: 4_000 }))
-  const credentials = new Credentials({ config, http, secrets, clock: deps.clock ?? systemClock, log: logger })
-  for (const route of config.routes) await credentials.of(route.credential)
+  // The TLS files, read once each; a certificate used both ways is one object.
+  const tls = new TlsFileSets(logger.child({ component: 'tls' }))
+  // The auth server's connections, one set per set of TLS files.
+  const authConnections = new Map<TlsFiles | undefined, { http: AuthHttp, connections: TlsDispatcher }>()
+  const httpFor = (files: TlsFiles | undefined): { http: AuthHttp, refusal: () => string | undefined } => {
+    if (deps.http !== undefined) return { http: deps.http, refusal: () => undefined }
+    let made = authConnections.get(files)
+    if (made === undefined) {
+      const connections = new TlsDispatcher((connect, onTlsError) => createDispatcher(config.egress, undefined, { connections: 2, keepAliveTimeout: 4_000 }, connect, onTlsError), files)
+      made = { http: createAuthHttp(connections), connections }
+      authConnections.set(files, made)
+    }
+    const { connections } = made
+    return { http: made.http, refusal: () => connections.refusal() }
+  }
+  const credentials = new Credentials({ config, httpFor, tls, secrets, clock: deps.clock ?? systemClock, log: logger })
+  try {
+    for (const route of config.routes) await credentials.of(route.credential)
+  } catch (err) {
+    await tls.close()
+    throw err
+  }
 
   const events = new EventEmitter<ProxyEvents>()
   const metrics = createMetrics(config.routes.map((r) => r.name))
@@ -111,13 +134,25 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   })
   const main = listen('default')
   const own = new Map<RouteConfig, Listener>()
-  const pools: Dispatcher[] = []
+  const upstreams = new Map<RouteConfig, TlsDispatcher>()
+  const certificates: Array<{ which: 'upstream' | 'auth', route: string, files: TlsFiles }> = []
+  for (const { config: c } of credentials.all) {
+    const files = c.auth.mode === 'oauth2' && c.auth.tls?.certFile !== undefined ? await tls.of(c.auth.tls, '', tlsNames('AUTH_TLS')) : undefined
+    if (files !== undefined && c.exchange === undefined) certificates.push({ which: 'auth', route: c.name, files })
+  }
   for (const route of config.routes) {
     const listener = route.port === undefined ? main : listen(route.name)
     if (route.port !== undefined) own.set(route, listener)
-    const pool = upstreamPool(config, route.origin)
-    pools.push(pool)
-    if (logger.isLevelEnabled('debug')) logConnections(pool, proxyLog)
+    const credential = await credentials.of(route.credential)
+    const files = route.tls === undefined ? undefined : await tls.of(route.tls, route.name === 'default' ? 'upstream' : `upstream (route ${route.name})`, tlsNames(route.tls === config.routes[0]!.tls ? 'UPSTREAM_TLS' : `ROUTE_${route.name.toUpperCase()}_UPSTREAM_TLS`))
+    if (files?.certificate !== undefined) certificates.push({ which: 'upstream', route: route.name, files })
+    const pool = new TlsDispatcher((connect, onTlsError) => {
+      const made = upstreamPool(config, route.origin, connect, onTlsError)
+      if (logger.isLevelEnabled('debug')) logConnections(made, proxyLog)
+      return made
+    }, files, () => credential.current()?.certificate)
+    credential.events.on('token', () => pool.retire())
+    upstreams.set(route, pool)
     await listener.app.register(proxyRoute, {
       prefix: route.path,
       context: {
@@ -130,8 +165,8 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
           timeoutMs: config.upstream.timeoutMs,
           websocketMaxMessageBytes: config.proxy.websocketMaxMessageBytes
         },
-        credential: await credentials.of(route.credential),
-        dispatcher: pool,
+        credential,
+        upstream: pool,
         slots: new UpstreamSlots(config.upstream.connections),
         admission: listener.admission,
         log: proxyLog,
@@ -143,24 +178,27 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     })
   }
 
+  for (const { which, route, files } of certificates) metrics.watchCertificate(which, route, files)
+
   // The token lifecycle follows PROXY_PORT's listener: it starts when that
   // is ready, and stops once every listener has drained (the others close
   // first), each session then ended once.
   const held = credentials.all
-  main.app.addHook('onReady', (done) => {
+  main.app.addHook('onReady', async () => {
+    await tls.watch()
     for (const { credential } of held) credential.start()
-    done()
   })
   main.app.addHook('onClose', async () => {
     for (const { credential } of held) credential.stop()
     credentials.close()
-    await Promise.all(pools.map(async (pool) => await pool.destroy()))
+    await Promise.all([...upstreams.values()].map(async (pool) => await pool.destroy()))
     // After the drain, one token request per session at most: the sessions
     // are ended even when the drain took the whole grace period.
     await Promise.all(held.map(async ({ config: c, credential }) => {
       if (c.auth.mode === 'oauth2' && c.auth.logoutOnShutdown) await credential.endSession(config.token.timeoutMs)
     }))
-    await tokenDispatcher?.destroy()
+    await Promise.all([...authConnections.values()].map(async ({ connections }) => await connections.destroy()))
+    await tls.close()
   })
 
   let closing = false
@@ -168,7 +206,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   const admin = buildAdmin({
     registry: metrics.registry,
     log: logger.child({ component: 'admin' }),
-    notReady: () => closing ? { reason: 'shutting down' } : notReady(config, credentials)
+    notReady: () => closing ? { reason: 'shutting down' } : notReady(config, credentials, upstreams)
   })
 
   async function shutdown (graceMs: number): Promise<void> {
@@ -186,6 +224,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     metrics,
     events,
     secrets,
+    certificates,
     async listen () {
       await admin.listen({ port: config.admin.port, host: config.admin.host, listenTextResolver: (address) => `admin endpoints on ${address}` })
         .catch((err: NodeJS.ErrnoException) => { throw new ListenError('ADMIN_PORT', config.admin.host, config.admin.port, err) })
@@ -208,7 +247,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
 }
 
 /** A route's upstream pool; verifies TLS. */
-function upstreamPool (config: Config, origin: string): Dispatcher {
+function upstreamPool (config: Config, origin: string, tls: ConnectTls, onTlsError: (code: string) => void): Dispatcher {
   const { upstream } = config
   return createDispatcher(config.egress, origin, {
     connections: upstream.connections,
@@ -219,7 +258,7 @@ function upstreamPool (config: Config, origin: string): Dispatcher {
     keepAliveMaxTimeout: Math.max(upstream.keepAliveMs, KEEPALIVE_ANNOUNCED_MAX_MS),
     headersTimeout: upstream.timeoutMs,
     bodyTimeout: upstream.idleTimeoutMs
-  })
+  }, tls, onTlsError)
 }
 
 /**
@@ -246,11 +285,11 @@ async function drain (listener: Listener, graceMs: number, logger: pino.Logger):
 }
 
 /** Why the sidecar is not ready: the routes whose credential has no valid token, each with its reason. */
-function notReady (config: Config, credentials: Credentials): { reason: string, routes?: Record<string, string> } | undefined {
+function notReady (config: Config, credentials: Credentials, upstreams: Map<RouteConfig, TlsDispatcher>): { reason: string, routes?: Record<string, string> } | undefined {
   const reasons = new Map<string, string>()
   for (const route of config.routes) {
     const credential = credentials.all.find((c) => c.config === route.credential)!.credential
-    const reason = credential.notReadyReason()
+    const reason = upstreams.get(route)?.unusable() ?? credential.notReadyReason()
     if (reason !== undefined) reasons.set(route.name, reason)
   }
   if (reasons.size === 0) return undefined

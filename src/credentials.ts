@@ -9,14 +9,18 @@ import { DpopKey } from './token/dpop.js'
 import type { AuthHttp } from './token/http.js'
 import { TokenManager } from './token/manager.js'
 import { OAuthClient } from './token/oauth-client.js'
+import { tlsNames } from './config/tls.js'
+import type { TlsFiles, TlsFileSets } from './tls/files.js'
 
 /** A credential as the sidecar holds it: a token kept fresh (oauth2), or fixed Basic credentials. */
 export type HeldCredential = TokenManager | BasicCredential
 
-/** What the credentials share: the auth server's HTTP client, the scrubber, time, the log. */
+/** What the credentials share: the auth server's HTTP clients, the TLS files, the scrubber, time, the log. */
 export interface CredentialDeps {
   config: Config
-  http: AuthHttp
+  /** the HTTP client of the auth server, presenting and trusting what `tls` says (Node's defaults without), and its last refusal of the certificate */
+  httpFor: (tls: TlsFiles | undefined) => { http: AuthHttp, refusal: () => string | undefined }
+  tls: TlsFileSets
   secrets: SecretScrubber
   clock: Clock
   log: pino.Logger
@@ -32,6 +36,8 @@ export class Credentials {
   readonly #deps: CredentialDeps
   readonly #held = new Map<CredentialConfig, HeldCredential>()
   readonly #servers = new Map<CredentialConfig, OAuthClient>()
+  /** each oauth2 credential's TLS files for the auth server */
+  readonly #tls = new Map<CredentialConfig, TlsFiles | undefined>()
   readonly #stores: CredentialStore[] = []
 
   constructor (deps: CredentialDeps) {
@@ -64,12 +70,18 @@ export class Credentials {
     if (exchange !== undefined) {
       const subject = await this.of(exchange.subject)
       if (!(subject instanceof TokenManager)) throw new Error(`route ${config.name}: an exchange needs an oauth2 credential to exchange`)
-      return this.#manager(this.#servers.get(exchange.subject)!, log, { subject, audience: exchange.audience, ...(exchange.scope !== undefined && { scope: exchange.scope }) }, clock, secrets, global)
+      const manager = this.#manager(this.#servers.get(exchange.subject)!, log, { subject, audience: exchange.audience, ...(exchange.scope !== undefined && { scope: exchange.scope }) }, clock, secrets, global)
+      // the exchange is made over its subject's connections, with its certificate
+      const tls = this.#tls.get(exchange.subject)
+      if (tls?.certificate !== undefined) tls.on('change', () => manager.certificateChanged())
+      return manager
     }
     const store = new CredentialStore(config.sources, (message) => log.warn({ event: 'credentials' }, message))
     this.#stores.push(store)
     if (config.auth.mode === 'basic') return await BasicCredential.create(store)
     const { tokenUrl, issuerUrl, alternateTokenUrl, grantType, clientAuth, clientId, clientKeyAlg, clientKeyId, scope, params, dpop } = config.auth
+    const tls = config.auth.tls === undefined ? undefined : await this.#deps.tls.of(config.auth.tls, config.name === 'default' ? 'auth' : `auth (route ${config.name})`, tlsNames(this.#authTlsPrefix(config)))
+    const connections = this.#deps.httpFor(tls)
     const server = new OAuthClient({
       ...(tokenUrl !== undefined && { tokenUrl }),
       ...(issuerUrl !== undefined && { issuerUrl }),
@@ -85,7 +97,8 @@ export class Credentials {
       }),
       extras: { params, ...(scope !== undefined && { scope }) },
       credentials: store,
-      http: this.#deps.http,
+      http: connections.http,
+      tls: { unusable: () => tls?.unusable(), presents: tls?.certificate !== undefined, refusal: connections.refusal },
       timeoutMs: global.token.timeoutMs,
       ...(dpop !== undefined && { dpop: await DpopKey.generate(dpop) }),
       clock,
@@ -93,7 +106,17 @@ export class Credentials {
       secrets
     })
     this.#servers.set(config, server)
-    return this.#manager(server, log, undefined, clock, secrets, global, store)
+    this.#tls.set(config, tls)
+    const manager = this.#manager(server, log, undefined, clock, secrets, global, store)
+    if (tls?.certificate !== undefined) tls.on('change', () => manager.certificateChanged())
+    return manager
+  }
+
+  /** The prefix of the AUTH_TLS_* variables a credential's files are named by: a route's own, or the default route's. */
+  #authTlsPrefix (config: CredentialConfig): string {
+    const own = config.auth.mode === 'oauth2' ? config.auth.tls : undefined
+    const inherited = this.#deps.config.auth.mode === 'oauth2' ? this.#deps.config.auth.tls : undefined
+    return config.name === 'default' || own?.certFile === inherited?.certFile ? 'AUTH_TLS' : `ROUTE_${config.name.toUpperCase()}_AUTH_TLS`
   }
 
   #manager (server: OAuthClient, log: pino.Logger, exchange: ConstructorParameters<typeof TokenManager>[0]['exchange'], clock: Clock, secrets: SecretScrubber, config: Config, store?: CredentialStore): TokenManager {

@@ -1,21 +1,39 @@
 import type { ClientRequest } from 'node:http'
 import { HttpsProxyAgent } from 'https-proxy-agent'
-import { Agent, EnvHttpProxyAgent, Pool, type Dispatcher } from 'undici'
+import { Agent, buildConnector, EnvHttpProxyAgent, Pool, type Dispatcher } from 'undici'
 import type { Config } from './config/load.js'
 import type { WebSocketEgress } from './proxy/websocket.js'
+import type { ConnectTls } from './tls/files.js'
 
 /**
  * An undici dispatcher that verifies TLS (undici's default, never turned
  * off here) and honours the egress proxy settings; for a single origin
- * without a proxy, a Pool (no per-request origin lookup). Whoever calls this
- * closes what it returns.
+ * without a proxy, a Pool (no per-request origin lookup). `tls` is what its
+ * connections present (a client certificate) and trust (CAs), directly or
+ * inside a proxy's tunnel. Whoever calls this closes what it returns.
  */
-export function createDispatcher (egress: Config['egress'], origin: string | undefined, options: Agent.Options): Dispatcher {
+export function createDispatcher (egress: Config['egress'], origin: string | undefined, options: Agent.Options, tls: ConnectTls = {}, onTlsError?: (code: string) => void): Dispatcher {
   const { httpProxy, httpsProxy, noProxy } = egress
+  const connect = onTlsError !== undefined ? { connect: watchedConnector(tls, onTlsError) } : Object.keys(tls).length === 0 ? {} : { connect: tls }
   if (httpProxy === undefined && httpsProxy === undefined) {
-    return origin === undefined ? new Agent(options) : new Pool(origin, options)
+    return origin === undefined ? new Agent({ ...options, ...connect }) : new Pool(origin, { ...options, ...connect })
   }
-  return new EnvHttpProxyAgent({ ...options, httpProxy: httpProxy ?? '', httpsProxy: httpsProxy ?? '', noProxy: noProxy ?? '' })
+  return new EnvHttpProxyAgent({ ...options, ...connect, ...(Object.keys(tls).length > 0 && { requestTls: tls }), httpProxy: httpProxy ?? '', httpsProxy: httpsProxy ?? '', noProxy: noProxy ?? '' })
+}
+
+/**
+ * undici's connector, with `onTlsError` told the TLS errors of each
+ * connection: a server's refusal of the client certificate comes as an
+ * alert after the handshake, which undici reports as the other side having
+ * closed; this tells the two apart.
+ */
+function watchedConnector (tls: ConnectTls, onTlsError: (code: string) => void): buildConnector.connector {
+  const connect = buildConnector({ ...tls })
+  return (options, callback) => connect(options, (err, socket) => {
+    socket?.on('error', (e: NodeJS.ErrnoException) => { if (e.code?.startsWith('ERR_SSL_') === true) onTlsError(e.code) })
+    if (err !== null) callback(err, null)
+    else callback(null, socket!)
+  })
 }
 
 /**

@@ -1,5 +1,6 @@
 import closeWithGrace from 'close-with-grace'
 import { buildApp, ListenError } from './app.js'
+import { TlsFileError } from './tls/certificate.js'
 import { ConfigError, loadConfig, type Config } from './config/load.js'
 import { createLogger } from './logger.js'
 import { runCheck } from './check/run.js'
@@ -35,7 +36,15 @@ try {
 
 const logger = createLogger(config.logLevel)
 for (const warning of config.warnings) logger.warn({ event: 'config' }, warning)
-const app = await buildApp(config, { logger })
+let app: Awaited<ReturnType<typeof buildApp>>
+try {
+  app = await buildApp(config, { logger })
+} catch (err) {
+  // a TLS file that changed into something unusable between the check and its use
+  if (!(err instanceof TlsFileError)) throw err
+  process.stderr.write(`auth-sidecar: invalid configuration: ${err.message}\n`)
+  process.exit(1)
+}
 
 // Node opens its inspector on SIGUSR1, reachable from every container of
 // the pod: the sidecar opens no debugger on a signal.

@@ -16,6 +16,8 @@ export interface Metrics {
   watchCredential(route: string, credential: Credential, options: { dpop: boolean }): void
   /** Counts the proxy's answers and failures. */
   watchProxy(events: EventEmitter<ProxyEvents>): void
+  /** Reports a client certificate's expiry at each scrape: `certificate` is upstream or auth, `route` the route it serves. */
+  watchCertificate(certificate: 'upstream' | 'auth', route: string, source: { readonly certificate: { notAfter: Date } | undefined }): void
 }
 
 const PREFIX = 'auth_sidecar_'
@@ -84,6 +86,19 @@ export function createMetrics (routes: string[]): Metrics {
     registers: [registry],
     collect () { this.set(credentials.every(({ credential }) => credential.ready()) ? 1 : 0) }
   })
+  const certificates: Array<{ labels: { certificate: string, route: string }, source: { readonly certificate: { notAfter: Date } | undefined } }> = []
+  new Gauge({
+    name: `${PREFIX}certificate_expiry_timestamp_seconds`,
+    help: 'When each client certificate in use expires (its notAfter, seconds since the epoch), by certificate (upstream, auth) and route: an alert fires before a failed renewal bites.',
+    labelNames: ['certificate', 'route'] as const,
+    registers: [registry],
+    collect () {
+      for (const { labels, source } of certificates) {
+        const notAfter = source.certificate?.notAfter
+        if (notAfter !== undefined) this.set(labels, notAfter.getTime() / 1000)
+      }
+    }
+  })
   const requests = new Histogram({
     name: `${PREFIX}proxy_request_duration_seconds`,
     help: 'Proxied requests by response status, with their duration in seconds.',
@@ -102,6 +117,9 @@ export function createMetrics (routes: string[]): Metrics {
       credential.events.on('grant', (grant, outcome) => grants.inc({ grant_type: grant, outcome, route }))
       credential.events.on('logout', (outcome) => logouts.inc({ outcome, route }))
       credential.events.on('dpop_refused', (reason) => dpopRefusals.inc({ reason, route }))
+    },
+    watchCertificate (certificate, route, source) {
+      certificates.push({ labels: { certificate, route }, source })
     },
     watchProxy (events) {
       events.on('response', (line) => requests.observe({ status: line.status, route: line.route }, line.durationMs / 1000))

@@ -50,6 +50,29 @@ export function binding (key: { alg: string, thumbprint: string } | undefined, s
   return `; token_type ${set.tokenType}, bound to the sidecar's ${key.alg} key ${key.thumbprint}${bound}`
 }
 
+/** A client certificate as `check` shows it: never its key. */
+export function describeCertificate (c: { subject: string, notAfter: Date, thumbprint: string }): string {
+  return `subject ${c.subject}, expires ${c.notAfter.toISOString()}, x5t#S256 ${c.thumbprint}`
+}
+
+/**
+ * Whether a token obtained with a client certificate is bound to it
+ * (RFC 8705 `cnf.x5t#S256`, read from a JWT for display only), and whether
+ * each upstream it goes to gets that certificate: `failed` when one does not.
+ */
+export function certificateBinding (set: TokenSet, upstreams: Array<{ route: string, thumbprint: string | undefined }>): { text: string, failed: boolean } {
+  if (set.certificate === undefined) return { text: '', failed: false }
+  const payload = payloadOf(set.accessToken)
+  if (payload === undefined) return { text: '; the token is opaque: whether it is bound to the client certificate cannot be seen', failed: false }
+  const cnf = payload.cnf
+  const x5t = typeof cnf === 'object' && cnf !== null ? (cnf as Record<string, unknown>)['x5t#S256'] : undefined
+  if (typeof x5t !== 'string') return { text: '; not bound to the client certificate (no cnf x5t#S256)', failed: false }
+  const others = upstreams.filter((u) => u.thumbprint !== x5t)
+  if (others.length === 0) return { text: `; bound to the client certificate (cnf x5t#S256 ${x5t}), which the upstream gets too`, failed: false }
+  const which = others.map((u) => `${u.route === 'default' ? 'the upstream' : `route ${u.route}'s upstream`} gets ${u.thumbprint === undefined ? 'no client certificate' : `x5t#S256 ${u.thumbprint}`}`).join(', ')
+  return { text: `; bound to the client certificate x5t#S256 ${x5t}, but ${which}: the token will be refused there. Give UPSTREAM_TLS_CERT_FILE and UPSTREAM_TLS_KEY_FILE the files of AUTH_TLS_CERT_FILE and AUTH_TLS_KEY_FILE`, failed: true }
+}
+
 /** A JWT's payload, unverified (for what `check` shows), or undefined for an opaque token. */
 export function payloadOf (token: string): Record<string, unknown> | undefined {
   const parts = token.split('.')
@@ -68,8 +91,9 @@ const NETWORK_CODES = /ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|EHOSTUNREACH|E
 export function advice (failure: unknown, config: Config, side: 'auth' | 'upstream'): string {
   const message = failure instanceof Error ? failure.message : String(failure)
   const proxy = config.egress.httpsProxy !== undefined || config.egress.httpProxy !== undefined
+  if (/client certificate/.test(message)) return ''
   if (TLS_CODES.test(message)) {
-    return '. TLS trust: the server\'s certificate is not trusted here; give its CA to Node.js with NODE_EXTRA_CA_CERTS=/path/ca.pem in the environment (not in .env)'
+    return `. TLS trust: the server's certificate is not trusted here; give its CA with ${side === 'auth' ? 'AUTH_TLS_CA_FILE' : 'UPSTREAM_TLS_CA_FILE'}=/path/ca.pem, or to Node.js with NODE_EXTRA_CA_CERTS=/path/ca.pem in the environment (not in .env)`
   }
   if (failure instanceof GrantError && failure.kind === 'rejected' && config.auth.mode === 'oauth2') {
     // Keycloak answers a wrong client secret with unauthorized_client too:

@@ -10,7 +10,7 @@ import type { UpstreamError } from '../proxy/context.js'
 import { dpopRefusalOf, hasDpopChallenge } from '../token/challenge.js'
 import { wellKnownUrl } from '../token/discovery.js'
 import type { TokenManager } from '../token/manager.js'
-import { advice, binding, claims, describeConfig, lifetimes, printable } from './describe.js'
+import { advice, binding, certificateBinding, claims, describeCertificate, describeConfig, lifetimes, printable } from './describe.js'
 
 /**
  * `node dist/main.js check`: the configuration read exactly as the sidecar
@@ -110,6 +110,18 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
   let code: number = CHECK_EXIT.ok
   const failed = (step: number): void => { if (code === CHECK_EXIT.ok) code = step }
 
+  // each client certificate in use: what it is, and whether it can be shown now
+  for (const { which, route, files } of app.certificates) {
+    const certificate = files.certificate!
+    const unusable = files.unusable()
+    if (unusable !== undefined) {
+      say('FAIL', of(`certificate ${which}`, route), unusable)
+      failed(CHECK_EXIT.configuration)
+    } else {
+      say('ok', of(`certificate ${which}`, route), describeCertificate(certificate))
+    }
+  }
+
   const usable = new Set<CredentialConfig>()
   for (const c of credentials) {
     const credential = held(c)
@@ -144,7 +156,10 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
       const what = c.exchange === undefined
         ? `${grant} grant at ${tokenUrl} (${await clientMode(credential, c)})`
         : `token exchange at ${tokenUrl} of route ${c.exchange.subject.name}'s token for audience ${c.exchange.audience}`
-      say('ok', of(step, c.name), `${what}: ${lifetimes(set)}; ${claims(set.accessToken)}${binding(credential.dpopKey, set)}`)
+      const upstreams = app.routes.filter((r) => r.config.credential === c).map((r) => ({ route: r.config.name, thumbprint: app.certificates.find((x) => x.which === 'upstream' && x.route === r.config.name)?.files.certificate?.thumbprint }))
+      const bound = certificateBinding(set, upstreams)
+      say(bound.failed ? 'FAIL' : 'ok', of(step, c.name), `${what}: ${lifetimes(set)}; ${claims(set.accessToken)}${binding(credential.dpopKey, set)}${bound.text}`)
+      if (bound.failed) failed(CHECK_EXIT.grant)
       usable.add(c)
     } catch (err) {
       say('FAIL', of(step, c.name), `${(err as Error).message}${advice(err, config, 'auth')}`)

@@ -1,4 +1,5 @@
 import { clientAuthSettings } from './client-auth.js'
+import { tlsNames, tlsPaths } from './tls.js'
 import type { VariableName } from './schema.js'
 import type { ClientAuth, Config, DpopAlgorithm, PrimaryGrant } from './types.js'
 import { credentialSource, parseHttpUrl, tokenParams, type Raw } from './values.js'
@@ -64,6 +65,7 @@ export function parseAuth (raw: Raw, data: Record<string, unknown>, cwd: string,
         problems.push('AUTH_URL is required in oauth2 mode (or set AUTH_ISSUER_URL or AUTH_TOKEN_URL)')
       }
     }
+    const tls = tlsPaths({ cert: str('AUTH_TLS_CERT_FILE'), key: str('AUTH_TLS_KEY_FILE'), ca: str('AUTH_TLS_CA_FILE'), names: tlsNames('AUTH_TLS') }, cwd, problems)
     const clientId = str('AUTH_CLIENT_ID')
     if (clientId === undefined) problems.push('AUTH_CLIENT_ID is required in oauth2 mode')
     const scope = str('AUTH_SCOPE')
@@ -80,10 +82,14 @@ export function parseAuth (raw: Raw, data: Record<string, unknown>, cwd: string,
       ...(scope !== undefined && { scope }),
       params: tokenParams(str('AUTH_TOKEN_PARAMS'), problems),
       logoutOnShutdown: raw.AUTH_LOGOUT_ON_SHUTDOWN !== false,
-      ...(raw.AUTH_DPOP === true && { dpop: (str('AUTH_DPOP_ALG') ?? 'ES256') as DpopAlgorithm })
+      ...(raw.AUTH_DPOP === true && { dpop: (str('AUTH_DPOP_ALG') ?? 'ES256') as DpopAlgorithm }),
+      ...(tls !== undefined && { tls })
     }
-  } else if (raw.AUTH_DPOP === true) {
-    warnings.push('AUTH_DPOP is not used in basic mode: there is no token to bind')
+  } else {
+    if (raw.AUTH_DPOP === true) warnings.push('AUTH_DPOP is not used in basic mode: there is no token to bind')
+    for (const name of ['AUTH_TLS_CERT_FILE', 'AUTH_TLS_KEY_FILE', 'AUTH_TLS_CA_FILE'] as const) {
+      if (raw[name] !== undefined) warnings.push(`${name} is not used in basic mode: there is no auth server to present it to`)
+    }
   }
   if (data.AUTH_DPOP_ALG !== undefined && raw.AUTH_DPOP !== true) warnings.push('AUTH_DPOP_ALG is used only with AUTH_DPOP=true')
 

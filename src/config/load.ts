@@ -4,10 +4,11 @@ import { parseAuth } from './auth.js'
 import { unknownVariableWarnings } from './names.js'
 import { envJsonSchema, properties, type VariableName } from './schema.js'
 import { parseRoutes } from './routes.js'
+import { tlsNames, tlsPaths } from './tls.js'
 import type { Config, CredentialConfig, LogLevel, RouteConfig } from './types.js'
 import { egressProxy, parseHttpUrl, plainWords, readDotenv, type Raw, type SchemaError } from './values.js'
 
-export type { ClientAuth, Config, CredentialConfig, CredentialSource, DpopAlgorithm, LogLevel, OAuth2Settings, PrimaryGrant, RouteConfig } from './types.js'
+export type { ClientAuth, Config, CredentialConfig, CredentialSource, DpopAlgorithm, LogLevel, OAuth2Settings, PrimaryGrant, RouteConfig, TlsPaths } from './types.js'
 export { RESERVED_PARAMS } from './values.js'
 
 /** Every problem with the configuration, reported together. */
@@ -86,9 +87,18 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
   }
 
   const defaultCredential: CredentialConfig = { name: 'default', auth, sources: credentials }
-  const defaultRoute: RouteConfig = { name: 'default', origin: upstream?.origin ?? '', basePath: upstream?.pathname.replace(/\/+$/, '') ?? '', path: '', credential: defaultCredential }
+  const upstreamTls = tlsPaths({ cert: str('UPSTREAM_TLS_CERT_FILE'), key: str('UPSTREAM_TLS_KEY_FILE'), ca: str('UPSTREAM_TLS_CA_FILE'), names: tlsNames('UPSTREAM_TLS') }, cwd, problems)
+  const defaultRoute: RouteConfig = {
+    name: 'default',
+    origin: upstream?.origin ?? '',
+    basePath: upstream?.pathname.replace(/\/+$/, '') ?? '',
+    path: '',
+    credential: defaultCredential,
+    ...(upstreamTls !== undefined && { tls: upstreamTls })
+  }
   const defaultAuth = Object.fromEntries(Object.entries(data).filter(([name]) => name.startsWith('AUTH_')))
-  const routes = parseRoutes({ env: merged, defaultAuth, defaultCredential, defaultRoute, proxyPort: num('PROXY_PORT'), adminPort: num('ADMIN_PORT'), cwd }, problems, warnings)
+  const defaultUpstreamTls = { cert: str('UPSTREAM_TLS_CERT_FILE'), key: str('UPSTREAM_TLS_KEY_FILE'), ca: str('UPSTREAM_TLS_CA_FILE') }
+  const routes = parseRoutes({ env: merged, defaultAuth, defaultCredential, defaultRoute, defaultUpstreamTls, proxyPort: num('PROXY_PORT'), adminPort: num('ADMIN_PORT'), cwd }, problems, warnings)
 
   const egress = egressProxy(merged, problems)
   if (problems.length > 0 || upstream === undefined) throw new ConfigError(problems)

@@ -2,7 +2,9 @@ import envSchema from 'env-schema'
 import { parseAuth, type AuthSettings } from './auth.js'
 import { editDistance } from './names.js'
 import { envJsonSchema, properties } from './schema.js'
-import type { CredentialConfig, RouteConfig } from './types.js'
+import type { TlsNames } from '../tls/certificate.js'
+import { tlsNames, tlsPaths } from './tls.js'
+import type { CredentialConfig, RouteConfig, TlsPaths } from './types.js'
 import { parseHttpUrl, plainWords, type Raw, type SchemaError } from './values.js'
 
 /** The AUTH_* variables: what a route may set for itself, and what it takes from the default route otherwise. */
@@ -15,12 +17,17 @@ export const ROUTE_SETTING_DESCRIPTIONS = {
   PORT: 'its own port on PROXY_HOST, everything on it going to BASE_URL',
   'AUTH_*': 'any AUTH_ variable, for this route alone (the others are the default route\'s): a route that sets one has its own credential and token; one that sets none shares the default route\'s',
   AUTH_EXCHANGE_AUDIENCE: 'get the route\'s token by token exchange (RFC 8693) of the token it would use otherwise, for this audience',
-  AUTH_EXCHANGE_SCOPE: 'the scope asked for in that exchange'
+  AUTH_EXCHANGE_SCOPE: 'the scope asked for in that exchange',
+  UPSTREAM_TLS_CERT_FILE: 'a client certificate for its upstream (and _KEY_FILE, _CA_FILE); each of the three not set is the default route\'s'
 } as const
+
+/** The route's TLS settings for its upstream, besides the certificate documented above. */
+const UPSTREAM_TLS_SETTINGS = ['UPSTREAM_TLS_KEY_FILE', 'UPSTREAM_TLS_CA_FILE']
 
 /** The settings of a named route, longest first: the setting is the longest known one at the end of the variable. */
 const ROUTE_SETTINGS = [
   ...Object.keys(ROUTE_SETTING_DESCRIPTIONS).filter((setting) => setting !== 'AUTH_*'),
+  ...UPSTREAM_TLS_SETTINGS,
   ...AUTH_VARIABLES
 ].sort((a, b) => b.length - a.length)
 
@@ -40,6 +47,8 @@ export interface RouteInput {
   defaultCredential: CredentialConfig
   /** the default route */
   defaultRoute: RouteConfig
+  /** the default route's UPSTREAM_TLS_* files as set */
+  defaultUpstreamTls: { cert?: string | undefined, key?: string | undefined, ca?: string | undefined }
   proxyPort: number
   adminPort: number
   cwd: string
@@ -85,8 +94,9 @@ export function parseRoutes (o: RouteInput, problems: string[], warnings: string
     const upstream = parseHttpUrl(`ROUTE_${upper}_BASE_URL` as never, set.BASE_URL, problems, true)
     const where = placeOf(upper, set, o, problems)
     const credential = credentialOf(name, upper, set, o, credentials, problems, warnings)
+    const tls = upstreamTlsOf(upper, set, o, problems)
     if (upstream === undefined || where === undefined || credential === undefined) continue
-    routes.push({ name, origin: upstream.origin, basePath: upstream.pathname.replace(/\/+$/, ''), ...where, credential })
+    routes.push({ name, origin: upstream.origin, basePath: upstream.pathname.replace(/\/+$/, ''), ...where, credential, ...(tls !== undefined && { tls }) })
   }
 
   // one route per port and per prefix
@@ -126,6 +136,20 @@ function placeOf (upper: string, set: Record<string, string>, o: RouteInput, pro
     return undefined
   }
   return { path: path.replace(/\/+$/, '') }
+}
+
+/** A route's upstream TLS files: each of its own, else the default route's (the same object when it sets none). */
+function upstreamTlsOf (upper: string, set: Record<string, string>, o: RouteInput, problems: string[]): TlsPaths | undefined {
+  const own = (setting: string): string | undefined => set[`UPSTREAM_TLS_${setting}_FILE`]
+  if (own('CERT') === undefined && own('KEY') === undefined && own('CA') === undefined) return o.defaultRoute.tls
+  const names = tlsNames('UPSTREAM_TLS')
+  const pick = (setting: 'CERT' | 'KEY' | 'CA', inherited: string | undefined, field: keyof TlsNames): string | undefined => {
+    if (own(setting) === undefined) return inherited
+    names[field] = `ROUTE_${upper}_UPSTREAM_TLS_${setting}_FILE`
+    return own(setting)
+  }
+  const d = o.defaultUpstreamTls
+  return tlsPaths({ cert: pick('CERT', d.cert, 'cert'), key: pick('KEY', d.key, 'key'), ca: pick('CA', d.ca, 'ca'), names }, o.cwd, problems)
 }
 
 /** The credential a route's token comes from: its own AUTH_* over the default's, by token exchange if it says so. */

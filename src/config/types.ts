@@ -7,7 +7,14 @@ export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' |
 export type PrimaryGrant = 'password' | 'client_credentials'
 
 /** How the client authenticates to the token endpoint (AUTH_CLIENT_AUTH). */
-export type ClientAuth = 'client_secret_post' | 'client_secret_basic' | 'private_key_jwt' | 'client_secret_jwt' | 'federated_jwt'
+export type ClientAuth = 'client_secret_post' | 'client_secret_basic' | 'private_key_jwt' | 'client_secret_jwt' | 'federated_jwt' | 'tls_client_auth'
+
+/** TLS files for the connections to one server: a client certificate and its key, extra trusted CAs (absolute paths). */
+export interface TlsPaths {
+  certFile?: string
+  keyFile?: string
+  caFile?: string
+}
 
 /** The DPoP key's algorithm (AUTH_DPOP_ALG). */
 export type DpopAlgorithm = typeof DPOP_ALGORITHMS[number]
@@ -43,6 +50,8 @@ export interface OAuth2Settings {
   logoutOnShutdown: boolean
   /** AUTH_DPOP: the algorithm of the DPoP key; undefined for bearer tokens */
   dpop?: DpopAlgorithm
+  /** AUTH_TLS_*: what the connections to the auth server present and trust; undefined for Node's defaults */
+  tls?: TlsPaths
 }
 
 /**
@@ -71,6 +80,8 @@ export interface RouteConfig {
   /** its prefix on PROXY_PORT ('' for the default route and the routes with a port) */
   path: string
   credential: CredentialConfig
+  /** UPSTREAM_TLS_* (its own, else the default route's): what its upstream connections present and trust */
+  tls?: TlsPaths
 }
 
 export interface Config {

@@ -42,12 +42,36 @@ export interface ProxyEvents {
   upstream_error: [error: UpstreamError]
 }
 
+/** What a connection presents and trusts, for the WebSocket client (ws takes Node's TLS options). */
+export interface ConnectionTls {
+  cert?: string
+  key?: string
+  ca?: string[]
+}
+
+/**
+ * A route's connections to its upstream, TLS verified: each request takes
+ * the pool whose client certificate matches its token's (a certificate-bound
+ * token goes only where that certificate is presented).
+ */
+export interface UpstreamConnections {
+  /** the pool for a token obtained with `certificate`; undefined when that certificate's pool is closed (the token is stale) */
+  for(certificate: string | undefined): Dispatcher | undefined
+  /** the same for a connection made outside the pools (a WebSocket's) */
+  tlsFor(certificate: string | undefined): ConnectionTls | undefined
+  /** why the client certificate cannot be presented now (expired, not yet valid); undefined when it can, or there is none */
+  unusable(): string | undefined
+  /** the subject of the client certificate presented, for messages */
+  readonly subject: string | undefined
+  /** the upstream's refusal of the client certificate (its TLS alert's code), when one came just now */
+  refusal(): string | undefined
+}
+
 /** What a route's parts share: its settings, credential, upstream pool, and the listener's bounds. */
 export interface ProxyContext {
   route: RouteSettings
   credential: RequestCredential
-  /** the route's upstream pool; verifies TLS */
-  dispatcher: Dispatcher
+  upstream: UpstreamConnections
   slots: UpstreamSlots
   admission: Admission
   log: Logger

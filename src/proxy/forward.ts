@@ -2,6 +2,7 @@ import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
 import { Readable } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { errors, type Dispatcher } from 'undici'
+import { refusesCertificate } from '../tls/certificate.js'
 import type { Authorization } from '../token/credential.js'
 import { upstreamFailure, type ProxyContext } from './context.js'
 import { forwardedHeaders, relayedResponseHeaders } from './headers.js'
@@ -74,6 +75,8 @@ class Exchange implements Dispatcher.DispatchHandler {
   #abandoned: Error | undefined
   #attempt = 0
   #replayed = false
+  /** the token was replaced once because its certificate was */
+  #restaled = false
   #interim = 0
   /** the answer's body, once the upstream's final status came */
   #answer: UpstreamBody | undefined
@@ -114,10 +117,14 @@ class Exchange implements Dispatcher.DispatchHandler {
   }
 
   #dispatch (): void {
-    const { route } = this.#o
+    const { route, upstream } = this.#o
     this.#controller = undefined
+    const unusable = upstream.unusable()
+    if (unusable !== undefined) return this.#failed(new CertificateUnusableError(unusable))
+    const dispatcher = upstream.for(this.#authorization.certificate)
+    if (dispatcher === undefined) return this.#reauthorize()
     try {
-      this.#o.dispatcher.dispatch({
+      dispatcher.dispatch({
         origin: route.origin,
         path: this.#path + this.#query,
         method: this.#method as Dispatcher.HttpMethod,
@@ -135,6 +142,24 @@ class Exchange implements Dispatcher.DispatchHandler {
     } catch (err) {
       this.#failed(err)
     }
+  }
+
+  /**
+   * The token was obtained with a client certificate whose connections are
+   * closed (the files were renewed since): a bound token is never sent with
+   * another certificate, so the current token goes instead, once.
+   */
+  #reauthorize (): void {
+    if (this.#restaled) return this.#failed(new CertificateUnusableError('the token is bound to a client certificate that was replaced'))
+    this.#restaled = true
+    this.#o.credential.authorize().then((next) => {
+      this.#authorization = next
+      if (this.#abandoned !== undefined) return this.#failed(this.#abandoned)
+      this.#dispatch()
+    }, (err: unknown) => {
+      this.#finish()
+      sendTokenUnavailable(this.#reply, err)
+    })
   }
 
   /** The client left, or the time is up: out of the queue, or the attempt aborted. */
@@ -249,7 +274,16 @@ class Exchange implements Dispatcher.DispatchHandler {
     this.#finish()
     if (err instanceof ClientGoneError || isClientGone(this.#reply.raw)) return
     const failure = upstreamFailure(err)
-    this.#o.log.warn({ requestId: this.#request.id, route: this.#o.route.name, upstreamError: failure.code }, 'upstream request failed')
+    const fields = { requestId: this.#request.id, route: this.#o.route.name, upstreamError: failure.code }
+    if (err instanceof CertificateUnusableError) {
+      this.#o.log.warn({ ...fields, reason: err.message }, 'upstream request not sent: the client certificate cannot be presented')
+    } else if (refusesCertificate(failure.code) || this.#o.upstream.refusal() !== undefined) {
+      this.#o.log.warn({ ...fields, tlsAlert: this.#o.upstream.refusal() ?? failure.code, certificate: this.#o.upstream.subject ?? null }, this.#o.upstream.subject === undefined
+        ? 'the upstream requires a client certificate: set UPSTREAM_TLS_CERT_FILE and UPSTREAM_TLS_KEY_FILE'
+        : 'the upstream refused the client certificate')
+    } else {
+      this.#o.log.warn(fields, 'upstream request failed')
+    }
     this.#o.events.emit('upstream_error', { route: this.#o.route.name, ...failure })
     sendError(this.#reply, failure.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable')
   }
@@ -265,6 +299,11 @@ class Exchange implements Dispatcher.DispatchHandler {
 
 /** An attempt the sidecar ends itself (to send it again, or an answer it will not relay). */
 class ReplayedError extends Error {}
+
+/** The route's client certificate cannot be presented (expired, not yet valid, replaced): nothing is sent. */
+export class CertificateUnusableError extends Error {
+  readonly code = 'AUTH_SIDECAR_CERTIFICATE_UNUSABLE'
+}
 
 /** An upstream answer's body as the client's reply streams it: read on demand, its end or its abort undici's. */
 class UpstreamBody extends Readable {

@@ -4,7 +4,7 @@ import { WebSocket, WebSocketServer } from 'ws'
 import type { Authorization } from '../token/credential.js'
 import { accessLine } from './access-log.js'
 import { upstreamFailure, type ProxyContext } from './context.js'
-import { ClientGoneError, routePath } from './forward.js'
+import { CertificateUnusableError, ClientGoneError, routePath } from './forward.js'
 import { countHeader, forwardedHeaders } from './headers.js'
 import { sendError, sendTokenUnavailable } from './replies.js'
 import { takeConnection } from './upgrade.js'
@@ -153,6 +153,11 @@ class Handshake {
     const path = route.basePath + routePath(q === -1 ? url : url.slice(0, q), route.prefix)
     const target = route.origin.replace(/^http/, 'ws') + path + (q === -1 ? '' : url.slice(q))
     const protocols = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim()).filter(Boolean)
+    // a bound token goes only with its certificate: a token whose certificate was replaced gives way to the current one
+    const current = credential.current()
+    const tls = this.#o.upstream.tlsFor(authorization.certificate) ?? (current === undefined ? undefined : this.#o.upstream.tlsFor(current.certificate))
+    if (tls === undefined || this.#o.upstream.unusable() !== undefined) return this.#fail(new CertificateUnusableError(this.#o.upstream.unusable() ?? 'the token is bound to a client certificate that was replaced'))
+    if (this.#o.upstream.tlsFor(authorization.certificate) === undefined) authorization = current!
     const up = this.#upstream = new WebSocket(target, protocols, {
       headers: forwardedHeaders(req.rawHeaders, {
         authorization: authorization.header,
@@ -167,7 +172,8 @@ class Handshake {
       perMessageDeflate: false,
       followRedirects: false,
       maxPayload: route.websocketMaxMessageBytes,
-      ...(this.#egress.agent !== undefined && { agent: this.#egress.agent })
+      ...(this.#egress.agent !== undefined && { agent: this.#egress.agent }),
+      ...tls
     })
     up.once('unexpected-response', (upReq, res) => {
       res.destroy()
@@ -238,7 +244,7 @@ class Handshake {
     const cause = this.#givenUp ?? err
     if (cause instanceof ClientGoneError || this.#request.raw.socket.destroyed) return
     const failure = upstreamFailure(cause)
-    this.#o.log.warn({ requestId: this.#request.id, route: this.#o.route.name, upstreamError: failure.code }, 'websocket upstream failed')
+    this.#o.log.warn({ requestId: this.#request.id, route: this.#o.route.name, upstreamError: failure.code, ...(cause instanceof CertificateUnusableError && { reason: cause.message }) }, 'websocket upstream failed')
     this.#o.events.emit('upstream_error', { route: this.#o.route.name, ...failure })
     sendError(this.#reply, failure.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable')
   }

@@ -40,7 +40,9 @@ export interface ClientAuthOptions {
  *   (RFC 7523: iss = sub = the client id, aud = the token endpoint, a unique
  *   jti, exp 60 s after iat), signed with the key or, HS256, the secret;
  * - federated_jwt: the JWT someone else issued, sent as it is, unless it has
- *   expired.
+ *   expired;
+ * - tls_client_auth: the client id in the form, the TLS client certificate
+ *   the proof (RFC 8705 §2.1).
  */
 export class ClientAuthenticator {
   readonly #o: ClientAuthOptions
@@ -75,6 +77,9 @@ export class ClientAuthenticator {
         return this.#told(oauth.ClientSecretJwt(secret, claims('HS256')))
       case 'federated_jwt':
         return this.#told(federated(this.#federated(creds.clientAssertion ?? '')))
+      case 'tls_client_auth':
+        // the connection's client certificate is the proof; the form names the client
+        return oauth.TlsClientAuth()
       default:
         return this.#told(secret === undefined ? oauth.None() : oauth.ClientSecretPost(secret))
     }

@@ -23,6 +23,12 @@ export interface Authorization {
    * credentials
    */
   readonly prove: ((method: string, url: string) => string) | undefined
+  /**
+   * The thumbprint (x5t#S256) of the client certificate the token was
+   * obtained with: a certificate-bound token is sent only over connections
+   * presenting that certificate. Undefined when none was presented.
+   */
+  readonly certificate?: string
 }
 
 /**
@@ -57,6 +63,8 @@ export interface RequestCredential {
 /** What happens to a credential, for whoever counts it (the metrics). */
 export interface CredentialEvents {
   grant: [grant: GrantType, outcome: GrantOutcome]
+  /** a new token is held */
+  token: []
   logout: [outcome: LogoutOutcome]
   /** the upstream refused a DPoP proof (not the token) */
   dpop_refused: [reason: DpopRefusal]

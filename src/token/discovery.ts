@@ -16,6 +16,8 @@ export interface Endpoints {
   revocationUrl?: string
   /** endpoints named but not used, and why (for the log) */
   ignored: string[]
+  /** the endpoints are the document's mtls_endpoint_aliases (RFC 8705 §5): the sidecar presents a client certificate */
+  mtls?: true
 }
 
 export function wellKnownUrl (issuer: string): string {
@@ -27,7 +29,7 @@ export function wellKnownUrl (issuer: string): string {
  * AUTH_TOKEN_URL is set. Throws a GrantError: `transient` for what may pass
  * (5xx, 429), `wrong_url` for an answer that is not this issuer's document.
  */
-export async function checkDiscovery (issuer: string, answer: Answer, res: Response, configuredTokenUrl: string | undefined, shorten: Shorten): Promise<Endpoints> {
+export async function checkDiscovery (issuer: string, answer: Answer, res: Response, configuredTokenUrl: string | undefined, shorten: Shorten, presentsCertificate = false): Promise<Endpoints> {
   const url = wellKnownUrl(issuer)
   if (answer.status >= 500 || answer.status === 429 || answer.status === 408) {
     throw new GrantError(`discovery: ${url} answered ${answer.status}`, 'transient', { status: answer.status })
@@ -57,8 +59,10 @@ export async function checkDiscovery (issuer: string, answer: Answer, res: Respo
   // An https issuer's endpoints are https too: a document that sends the
   // credentials over plain http is refused, not followed.
   const https = new URL(issuer).protocol === 'https:'
+  // With a client certificate, the endpoints that take one (RFC 8705 §5), where the document names them.
+  const aliases = presentsCertificate && typeof doc.mtls_endpoint_aliases === 'object' && doc.mtls_endpoint_aliases !== null ? doc.mtls_endpoint_aliases : undefined
   const endpoint = (name: 'token_endpoint' | 'end_session_endpoint' | 'revocation_endpoint'): string | undefined => {
-    const value = doc[name]
+    const value = aliases?.[name] ?? doc[name]
     if (value === undefined || value === null) return undefined
     let parsed: URL | undefined
     try { parsed = typeof value === 'string' ? new URL(value) : undefined } catch {}
@@ -86,6 +90,7 @@ export async function checkDiscovery (issuer: string, answer: Answer, res: Respo
   return {
     issuer: doc.issuer,
     ignored,
+    ...(aliases !== undefined && { mtls: true as const }),
     ...(tokenUrl !== undefined && { tokenUrl }),
     ...(endSessionUrl !== undefined && { endSessionUrl }),
     ...(revocationUrl !== undefined && { revocationUrl })

@@ -20,6 +20,8 @@ export interface TokenSet {
   refreshToken?: string
   /** undefined: the refresh token does not lapse on its own (`refresh_expires_in: 0` or absent) */
   refreshExpiresInMs?: number
+  /** the thumbprint of the client certificate the grant was made with: a bound token works only with it */
+  certificate?: string
 }
 
 /**

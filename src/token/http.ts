@@ -14,6 +14,14 @@ export interface AuthAnswer {
   status: number
   headers?: Record<string, string>
   body: string
+  /** the thumbprint (x5t#S256) of the client certificate the request was sent with, if any */
+  certificate?: string
+}
+
+/** Where requests to the auth server go: a dispatcher, and the client certificate its new connections present. */
+export interface AuthConnections {
+  readonly current: Dispatcher
+  readonly certificate: string | undefined
 }
 
 /** Sends one request to the auth server; rejects on a network error and on the signal. Tests replace it. */
@@ -22,9 +30,10 @@ export type AuthHttp = (request: AuthRequest) => Promise<AuthAnswer>
 /** A token (or discovery) answer larger than this is not one. */
 export const MAX_ANSWER_BYTES = 256 * 1024
 
-/** AuthHttp over undici; the caller owns `dispatcher` (proxy-aware, TLS verified). */
-export function createAuthHttp (dispatcher: Dispatcher): AuthHttp {
+/** AuthHttp over undici; the caller owns the dispatchers (proxy-aware, TLS verified). */
+export function createAuthHttp (connections: AuthConnections): AuthHttp {
   return async ({ method, url, headers, body, signal }) => {
+    const { current: dispatcher, certificate } = connections
     const { origin, pathname, search } = new URL(url)
     // undici's request() never follows redirects: a request goes to the
     // configured (or discovered) URL and nowhere else.
@@ -43,8 +52,16 @@ export function createAuthHttp (dispatcher: Dispatcher): AuthHttp {
     for (const [name, value] of Object.entries(res.headers)) {
       if (typeof value === 'string') kept[name] = value
     }
-    return { status: res.statusCode, headers: kept, body: Buffer.concat(chunks).toString('utf8') }
+    return { status: res.statusCode, headers: kept, body: Buffer.concat(chunks).toString('utf8'), ...(certificate !== undefined && { certificate }) }
   }
+}
+
+/** The client certificate each answer's request was sent with, for the responses fetchOver makes. */
+const presented = new WeakMap<Response, string>()
+
+/** The thumbprint of the client certificate `res`'s request presented, if any. */
+export function presentedCertificate (res: Response): string | undefined {
+  return presented.get(res)
 }
 
 /** Statuses whose answer has no body (the Fetch standard's null body statuses). */
@@ -64,6 +81,8 @@ export function fetchOver (http: AuthHttp): (url: string, init: { method: string
       signal: init.signal ?? new AbortController().signal
     })
     if (answer.status < 200 || answer.status > 599) throw new Error(`the server answered with status ${answer.status}`)
-    return new Response(NULL_BODY.has(answer.status) ? null : answer.body, { status: answer.status, headers: answer.headers ?? {} })
+    const res = new Response(NULL_BODY.has(answer.status) ? null : answer.body, { status: answer.status, headers: answer.headers ?? {} })
+    if (answer.certificate !== undefined) presented.set(res, answer.certificate)
+    return res
   }
 }

@@ -84,6 +84,8 @@ export class TokenManager implements Credential {
   readonly #rejections = new RejectionBackoff()
   /** the upstream's newest DPoP nonce */
   #upstreamNonce: string | undefined
+  /** an exchanged token waits for its subject's next token, the certificate having changed */
+  #awaitingSubject = false
 
   constructor (options: TokenManagerOptions) {
     this.#o = options
@@ -171,6 +173,35 @@ export class TokenManager implements Credential {
     this.#o.log.warn({ event: 'token', reason: 'upstream_401' }, 'upstream rejected the access token: obtaining a new one')
     this.#renewNow('upstream_401')
     return 'renewed'
+  }
+
+  /**
+   * The client certificate changed (the files were renewed): the token, and
+   * its refresh token, may be bound to the old one, so a new token is
+   * obtained now with the new certificate. The current one serves until it
+   * comes. An exchanged token is exchanged again once the token it comes
+   * from is new.
+   */
+  certificateChanged (): void {
+    if (this.#stopped) return
+    const exchange = this.#o.exchange
+    if (exchange !== undefined) {
+      if (this.#awaitingSubject) return
+      this.#awaitingSubject = true
+      exchange.subject.events.once('token', () => {
+        this.#awaitingSubject = false
+        this.#renewAfter()
+      })
+      return
+    }
+    this.#refresh = undefined
+    this.#renewAfter()
+  }
+
+  /** A renewal now, or right after the one in flight (which may have used what just changed). */
+  #renewAfter (): void {
+    if (this.#inflight === undefined) return this.#renewNow()
+    void this.#inflight.then(() => this.#renewNow())
   }
 
   #renewNow (cause: 'schedule' | 'upstream_401' = 'schedule'): void {
@@ -349,7 +380,7 @@ export class TokenManager implements Credential {
       return
     }
     const now = this.#clock.now()
-    this.#token = { authorization: this.#authorizationFor(set.accessToken), accessToken: set.accessToken, receivedAt: now, lifetimeMs: set.expiresInMs, usableUntil: now + usableFor(set.expiresInMs) }
+    this.#token = { authorization: this.#authorizationFor(set.accessToken, set.certificate), accessToken: set.accessToken, receivedAt: now, lifetimeMs: set.expiresInMs, usableUntil: now + usableFor(set.expiresInMs) }
     // an exchanged token is renewed by a new exchange, never refreshed
     this.#refresh = set.refreshToken === undefined || this.#o.exchange !== undefined
       ? undefined
@@ -374,14 +405,16 @@ export class TokenManager implements Credential {
 
     this.#arm(now + renewalDelay(set.expiresInMs, this.#random()), () => this.#renewNow())
     this.#waiters.resolve(this.#token.authorization)
+    this.events.emit('token')
   }
 
-  /** The header for a token, and in DPoP mode the proofs that go with it. */
-  #authorizationFor (accessToken: string): Authorization {
+  /** The header for a token, in DPoP mode the proofs that go with it, and the certificate it was obtained with. */
+  #authorizationFor (accessToken: string, certificate: string | undefined): Authorization {
     const dpop = this.#server.dpop
     return {
       header: `${this.#server.scheme} ${accessToken}`,
-      prove: dpop === undefined ? undefined : (method, url) => dpop.proof(method, url, { nonce: this.#upstreamNonce, accessToken })
+      prove: dpop === undefined ? undefined : (method, url) => dpop.proof(method, url, { nonce: this.#upstreamNonce, accessToken }),
+      ...(certificate !== undefined && { certificate })
     }
   }
 

@@ -8,7 +8,8 @@ import type { Clock } from './clock.js'
 import { checkDiscovery, wellKnownUrl, type Endpoints } from './discovery.js'
 import { dpopNonceOf, htuOf, type DpopKey } from './dpop.js'
 import { ACCESS_TOKEN_TYPE, answerOf, checkTokenAnswer, GrantError, grantFields, oauthErrorOf, TOKEN_EXCHANGE, type Answer, type Fields, type GrantExtras, type TokenSet } from './grant.js'
-import { fetchOver, type AuthHttp } from './http.js'
+import { fetchOver, presentedCertificate, type AuthHttp } from './http.js'
+import { refusesCertificate } from '../tls/certificate.js'
 
 export interface OAuthClientOptions {
   /** undefined: the token endpoint comes from discovery (issuerUrl) */
@@ -26,6 +27,8 @@ export interface OAuthClientOptions {
   extras: GrantExtras
   credentials: { read(): Promise<Credentials> }
   http: AuthHttp
+  /** AUTH_TLS_*: why the client certificate cannot be presented now, if it cannot; whether one is presented; the server's refusal of it just now */
+  tls?: { unusable(): string | undefined, readonly presents: boolean, refusal(): string | undefined }
   /** longest wait for one request */
   timeoutMs: number
   /** DPoP mode: every request carries a proof with this key, and tokens must be bound to it */
@@ -119,7 +122,7 @@ export class OAuthClient {
     this.#o.log.debug({ event: 'discovery', url: wellKnownUrl(issuer) }, 'discovery request')
     const res = await this.request('discovery', this.#o.timeoutMs, async (signal) => await oauth.discoveryRequest(new URL(issuer), this.#options(issuer, signal)))
     const shorten = this.#shorten
-    const endpoints = await checkDiscovery(issuer, await answerOf(res), res, this.#tokenUrl, shorten)
+    const endpoints = await checkDiscovery(issuer, await answerOf(res), res, this.#tokenUrl, shorten, this.#o.tls?.presents === true)
     this.#endpoints = endpoints
     this.#tokenUrl ??= endpoints.tokenUrl
     for (const ignored of endpoints.ignored) this.#o.log.warn({ event: 'discovery' }, shorten(ignored, 500))
@@ -128,7 +131,8 @@ export class OAuthClient {
       issuer,
       tokenUrl: this.#tokenUrl,
       endSessionUrl: endpoints.endSessionUrl ?? null,
-      revocationUrl: endpoints.revocationUrl ?? null
+      revocationUrl: endpoints.revocationUrl ?? null,
+      ...(endpoints.mtls === true && { mtlsEndpointAliases: true })
     }, 'discovered the realm\'s endpoints')
     return endpoints
   }
@@ -206,6 +210,9 @@ export class OAuthClient {
    */
   async #post (grant: string, url: string, fields: Fields, creds: Credentials): Promise<TokenSet> {
     const as = this.#metadata(url)
+    // an expired certificate is never shown: the grant waits for the renewed file
+    const unusable = this.#o.tls?.unusable()
+    if (unusable !== undefined) throw new GrantError(unusable, 'credential')
     for (let attempt = 0; ; attempt++) {
       const auth = await this.#o.client.forRequest(creds, url)
       this.#o.log.debug({ event: 'token', grant, tokenUrl: url }, 'token request')
@@ -232,7 +239,8 @@ export class OAuthClient {
       if (this.#o.dpop === undefined && set.tokenType.toLowerCase() === 'dpop') {
         throw new GrantError('the token endpoint answered with a DPoP-bound token, which only works with its proof: set AUTH_DPOP=true, or turn off "Require DPoP bound tokens" for the client', 'unusable', { status: 200 })
       }
-      return set
+      const certificate = presentedCertificate(res)
+      return certificate === undefined ? set : { ...set, certificate }
     }
   }
 
@@ -334,9 +342,13 @@ export class OAuthClient {
     try {
       return await send(abort.signal)
     } catch (err) {
+      const refusal = this.#o.tls?.refusal()
+      const code = refusal ?? describeNetworkError(err)
       const message = abort.signal.aborted
         ? `${purpose} request timed out after ${timeoutMs} ms`
-        : `${purpose} request failed: ${describeNetworkError(err)}`
+        : refusesCertificate(code)
+          ? `${purpose} request failed: ${code}: the auth server refused the client certificate${this.#o.tls?.presents === true ? ' (AUTH_TLS_CERT_FILE: is its CA trusted there, and is it the client\'s?)' : '; it requires one: set AUTH_TLS_CERT_FILE and AUTH_TLS_KEY_FILE'}`
+          : `${purpose} request failed: ${code}`
       throw new GrantError(message, 'transient', { cause: err })
     } finally {
       this.#o.clock.clearTimeout(timer)

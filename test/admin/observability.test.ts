@@ -1,6 +1,8 @@
 import { createServer } from 'node:net'
+import { join } from 'node:path'
 import t from 'tap'
 import { build, send, until } from '../helpers/build.js'
+import { TestCa } from '../helpers/certificates.js'
 
 t.test('ACCESS_LOG=false: no line per request, token events still logged', async (t) => {
   const h = await build(t, { ACCESS_LOG: 'false' })
@@ -65,7 +67,8 @@ t.test('readyz names the reason it knows: token endpoint unreachable', async (t)
 
 t.test('LOG_LEVEL=debug: each token request and answer status, retry decisions, upstream connections', async (t) => {
   const h = await build(t, { LOG_LEVEL: 'debug' }, { users: { 'service-user': 'not-yet' } })
-  await until(() => h.tokenServer.grants.length >= 1)
+  // the refusal is answered, then logged: wait for its last line
+  await until(() => h.log.records().some((r) => r.msg === 'token request will be retried'))
   h.tokenServer.users['service-user'] = 'service-password-9f8e7d'
   const debug = h.log.records().filter((r) => r.level === 20)
   t.ok(debug.some((r) => r.msg === 'token request' && r.grant === 'password' && typeof r.tokenUrl === 'string'))
@@ -81,7 +84,9 @@ t.test('LOG_LEVEL=debug: each token request and answer status, retry decisions, 
 t.test('the chart\'s alerts and the Grafana dashboard use only metrics the sidecar serves', async (t) => {
   const { readFileSync } = await import('node:fs')
   const root = new URL('../../', import.meta.url)
-  const h = await build(t)
+  // with a client certificate, so that its expiry is served too
+  const client = TestCa.create(join(t.testdir({}), 'ca')).issue('client', { cn: 'sidecar' })
+  const h = await build(t, { UPSTREAM_TLS_CERT_FILE: client.certFile, UPSTREAM_TLS_KEY_FILE: client.keyFile })
   await until(() => h.app.credential.ready())
   await send(`${h.proxyUrl}/x`)
   const served = new Set([...(await send(`${h.adminUrl}/metrics`)).body.matchAll(/^([a-z_]+)[{ ]/gm)].map((m) => m[1]))

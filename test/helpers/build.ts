@@ -28,14 +28,14 @@ export interface Harness {
  * teardown. `env` overrides the configuration; `{issuer}` in a value is the
  * token server's issuer URL. `deps.faults` are queued before the start.
  */
-export async function build (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}, deps: { headersTimeoutMs?: number, faults?: Fault[] } = {}): Promise<Harness> {
+export async function build (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}, deps: { headersTimeoutMs?: number, faults?: Fault[], upstreamTls?: ConstructorParameters<typeof FakeUpstream>[1] } = {}): Promise<Harness> {
   const tokenServer = new TokenServer({
     clients: { 'legacy-app': CLIENT_SECRET },
     users: { 'service-user': PASSWORD },
     ...tokenOptions
   })
   await tokenServer.listen()
-  const upstream = new FakeUpstream(tokenServer)
+  const upstream = new FakeUpstream(tokenServer, deps.upstreamTls)
   await upstream.listen()
   const config = loadConfig({
     BASE_URL: `${upstream.url}/api`,

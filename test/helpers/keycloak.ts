@@ -10,7 +10,7 @@ interface RunState {
   version?: string
   reason?: string
   admin?: { username: string, password: string }
-  servers?: Record<Layout, { url: string }>
+  servers?: Record<Layout, { url: string, httpsUrl?: string, caDir?: string }>
 }
 
 export type Layout = 'root' | 'auth'
@@ -25,7 +25,8 @@ async function connect (): Promise<Record<Layout, KeycloakServer> | string> {
     try { state = JSON.parse(readFileSync(join(runDir, 'state.json'), 'utf8')) as RunState } catch {}
     if (state?.status === 'ready') {
       const { admin, servers } = state as Required<RunState>
-      return { root: new KeycloakServer('root', servers.root.url, admin), auth: new KeycloakServer('auth', servers.auth.url, admin) }
+      const https = servers.root.httpsUrl !== undefined && servers.root.caDir !== undefined ? { url: servers.root.httpsUrl, caDir: servers.root.caDir } : undefined
+      return { root: new KeycloakServer('root', servers.root.url, admin, https), auth: new KeycloakServer('auth', servers.auth.url, admin) }
     }
     if (state?.status === 'failed' || state?.status === 'off') return `real Keycloak ${state.version ?? ''} unavailable: ${state.reason ?? 'no reason given'}`
     if (state === undefined && Date.now() - started > 10_000) {
@@ -59,7 +60,11 @@ interface Json { [key: string]: unknown }
 export class KeycloakServer {
   #token: { value: string, until: number } | undefined
 
-  constructor (readonly layout: Layout, readonly url: string, readonly admin: { username: string, password: string }) {}
+  /**
+   * `https`: the same server over HTTPS, asking for client certificates and
+   * taking those the run's CA (in `caDir`, scripts/test-ca.mjs) signed
+   */
+  constructor (readonly layout: Layout, readonly url: string, readonly admin: { username: string, password: string }, readonly https?: { url: string, caDir: string }) {}
 
   /** The admin API's answer to `method path`; throws on a status other than 2xx. */
   async api<T = unknown> (method: string, path: string, body?: unknown): Promise<T> {
@@ -105,6 +110,11 @@ export class Realm {
   constructor (readonly server: KeycloakServer, readonly name: string) {}
 
   get issuer (): string { return `${this.server.url}/realms/${this.name}` }
+  /** The issuer over HTTPS (the root layout's server only), where client certificates are taken. */
+  get httpsIssuer (): string {
+    if (this.server.https === undefined) throw new Error(`the ${this.server.layout} layout's Keycloak serves no HTTPS`)
+    return `${this.server.https.url}/realms/${this.name}`
+  }
   get tokenUrl (): string { return `${this.issuer}/protocol/openid-connect/token` }
   get jwksUrl (): string { return `${this.issuer}/protocol/openid-connect/certs` }
 

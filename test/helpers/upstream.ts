@@ -1,5 +1,7 @@
 import { createHash } from 'node:crypto'
-import { createServer, type IncomingHttpHeaders, type Server } from 'node:http'
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import { createServer as createHttpsServer } from 'node:https'
+import type { TLSSocket } from 'node:tls'
 import type { AddressInfo } from 'node:net'
 import type { TokenServer } from '../../dev/token-server.js'
 
@@ -19,6 +21,17 @@ export interface Received {
   at: number
   /** set when the request body ended early (the proxy aborted it) */
   abortedAt?: number
+  /** the client certificate it came with (HTTPS with a CA): its x5t#S256 and CN */
+  certificate?: { x5t: string, subject: string }
+}
+
+/** The client certificate a request came with, when the server's CA signed it. */
+function clientCertificateOf (req: IncomingMessage): { x5t: string, subject: string } | undefined {
+  const socket = req.socket as TLSSocket
+  if (socket.encrypted !== true || !socket.authorized) return undefined
+  const cert = socket.getPeerCertificate()
+  if (cert.raw === undefined) return undefined
+  return { x5t: createHash('sha256').update(cert.raw).digest('base64url'), subject: String(cert.subject?.CN ?? '') }
 }
 
 /**
@@ -46,15 +59,22 @@ export class FakeUpstream {
   /** connections opened to it so far */
   connections = 0
 
-  constructor (readonly tokens?: TokenServer) {
-    this.server = createServer((req, res) => {
+  /**
+   * `tls`: serve HTTPS; with `ca`, ask for a client certificate and take it
+   * when that CA signed it (a certificate-bound token is then checked
+   * against it).
+   */
+  constructor (readonly tokens?: TokenServer, tls?: { key: string, cert: string, ca?: string, requireCertificate?: boolean }) {
+    const handler = (req: IncomingMessage, res: ServerResponse): void => {
       const hash = createHash('sha256')
       const kept: Buffer[] = []
       let bytes = 0
       const path = req.url ?? ''
       let m0: RegExpMatchArray | null
-      const verdict = tokens?.verify(req.headers.authorization) ?? { ok: true as const }
+      const presented = clientCertificateOf(req)
+      const verdict = tokens?.verify(req.headers.authorization, presented?.x5t) ?? { ok: true as const }
       const record: Received = {
+        ...(presented !== undefined && { certificate: presented }),
         method: req.method ?? '',
         url: path,
         headers: req.headers,
@@ -143,17 +163,23 @@ export class FakeUpstream {
           res.end(text)
         }
       })
-    })
+    }
+    this.#scheme = tls === undefined ? 'http' : 'https'
+    this.server = tls === undefined
+      ? createServer(handler)
+      : createHttpsServer({ key: tls.key, cert: tls.cert, ...(tls.ca !== undefined && { ca: tls.ca, requestCert: true, rejectUnauthorized: tls.requireCertificate === true }) }, handler)
   }
 
+  readonly #scheme: 'http' | 'https'
+
   async listen (): Promise<string> {
-    this.server.on('connection', () => { this.connections++ })
+    this.server.on(this.#scheme === 'https' ? 'secureConnection' : 'connection', () => { this.connections++ })
     await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve))
     return this.url
   }
 
   get url (): string {
-    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`
+    return `${this.#scheme}://127.0.0.1:${(this.server.address() as AddressInfo).port}`
   }
 
   async close (): Promise<void> {

@@ -1,0 +1,58 @@
+import { execFileSync } from 'node:child_process'
+import { join } from 'node:path'
+import t from 'tap'
+import { ConfigError, loadConfig } from '../../src/config/load.js'
+import { TestCa } from '../helpers/certificates.js'
+
+const BASE = { BASE_URL: 'https://api.example.com', AUTH_URL: 'https://sso.example.com', AUTH_CLIENT_ID: 'legacy-app', AUTH_USERNAME: 'u', AUTH_PASSWORD: 'p' }
+
+function problems (env: Record<string, string>, cwd: string): string[] {
+  try {
+    loadConfig({ ...BASE, ...env }, { cwd })
+    return []
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err
+    return [...err.problems]
+  }
+}
+
+t.test('TLS files are checked at start, each mistake naming its variable, never the content', async (t) => {
+  const dir = t.testdir({ 'not-pem.txt': 'hello' })
+  const ca = TestCa.create(join(dir, 'ca'))
+  const a = ca.issue('a', { cn: 'a' })
+  const b = ca.issue('b', { cn: 'b', keyType: 'rsa' })
+  const encrypted = join(dir, 'encrypted.key')
+  execFileSync('openssl', ['pkcs8', '-topk8', '-in', a.keyFile, '-out', encrypted, '-v2', 'aes-256-cbc', '-passout', 'pass:secret'])
+  const expired = ca.issue('expired', { cn: 'expired', notBefore: new Date(Date.now() - 3 * 86400_000), notAfter: new Date(Date.now() - 86400_000) })
+
+  t.same(problems({ UPSTREAM_TLS_CERT_FILE: a.certFile, UPSTREAM_TLS_KEY_FILE: a.keyFile, UPSTREAM_TLS_CA_FILE: ca.caFile }, dir), [], 'a good set')
+  t.same(problems({ UPSTREAM_TLS_CERT_FILE: a.certFile }, dir), ['UPSTREAM_TLS_CERT_FILE is set without UPSTREAM_TLS_KEY_FILE: give the certificate\'s key'])
+  t.same(problems({ AUTH_TLS_KEY_FILE: a.keyFile }, dir), ['AUTH_TLS_KEY_FILE is set without AUTH_TLS_CERT_FILE: give the key\'s certificate'])
+  t.same(problems({ UPSTREAM_TLS_CERT_FILE: a.certFile, UPSTREAM_TLS_KEY_FILE: b.keyFile }, dir), ['UPSTREAM_TLS_KEY_FILE holds a key that is not the one of the certificate in UPSTREAM_TLS_CERT_FILE'])
+  t.same(problems({ UPSTREAM_TLS_CERT_FILE: a.certFile, UPSTREAM_TLS_KEY_FILE: encrypted }, dir), ['UPSTREAM_TLS_KEY_FILE holds an encrypted key: give it unencrypted (PEM: PKCS#8, PKCS#1 or SEC1)'])
+  t.same(problems({ UPSTREAM_TLS_CA_FILE: 'not-pem.txt' }, dir), ['UPSTREAM_TLS_CA_FILE holds no PEM certificate'], 'relative to the working directory')
+  t.same(problems({ AUTH_TLS_CERT_FILE: a.keyFile, AUTH_TLS_KEY_FILE: a.keyFile }, dir), ['AUTH_TLS_CERT_FILE holds no PEM certificate'])
+  t.same(problems({ AUTH_TLS_CERT_FILE: join(dir, 'gone.pem'), AUTH_TLS_KEY_FILE: a.keyFile }, dir), ['AUTH_TLS_CERT_FILE cannot be read (ENOENT)'])
+  t.same(problems({ UPSTREAM_TLS_CERT_FILE: expired.certFile, UPSTREAM_TLS_KEY_FILE: expired.keyFile }, dir), [], 'an expired certificate is not a configuration error: the sidecar waits for a renewed one, unready')
+  t.same(problems({ AUTH_CLIENT_AUTH: 'tls_client_auth', AUTH_GRANT_TYPE: 'client_credentials' }, dir),
+    ['AUTH_TLS_CERT_FILE and AUTH_TLS_KEY_FILE are required with AUTH_CLIENT_AUTH=tls_client_auth: the certificate the client authenticates with'])
+  t.same(problems({ AUTH_CLIENT_AUTH: 'tls_client_auth', AUTH_GRANT_TYPE: 'client_credentials', AUTH_USERNAME: '', AUTH_PASSWORD: '', AUTH_TLS_CERT_FILE: a.certFile, AUTH_TLS_KEY_FILE: a.keyFile }, dir), [], 'no secret needed')
+
+  const all = problems({ UPSTREAM_TLS_CERT_FILE: a.certFile, UPSTREAM_TLS_KEY_FILE: b.keyFile, AUTH_TLS_CERT_FILE: a.certFile, AUTH_TLS_KEY_FILE: encrypted }, dir).join('\n')
+  t.notMatch(all, /BEGIN|PRIVATE/, 'no file content in any message')
+})
+
+t.test('a route\'s upstream TLS files: its own named as its own, the others the default route\'s', async (t) => {
+  const dir = t.testdir({})
+  const ca = TestCa.create(join(dir, 'ca'))
+  const a = ca.issue('a', { cn: 'a' })
+  const b = ca.issue('b', { cn: 'b' })
+  const route = { ROUTE_BILLING_BASE_URL: 'https://billing.example.com', ROUTE_BILLING_PATH: '/billing' }
+  const withDefault = { UPSTREAM_TLS_CERT_FILE: a.certFile, UPSTREAM_TLS_KEY_FILE: a.keyFile, UPSTREAM_TLS_CA_FILE: ca.caFile }
+  t.same(problems({ ...withDefault, ...route, ROUTE_BILLING_UPSTREAM_TLS_CERT_FILE: b.certFile }, dir),
+    ['UPSTREAM_TLS_KEY_FILE holds a key that is not the one of the certificate in ROUTE_BILLING_UPSTREAM_TLS_CERT_FILE'])
+  const config = loadConfig({ ...BASE, ...withDefault, ...route, ROUTE_BILLING_UPSTREAM_TLS_CERT_FILE: b.certFile, ROUTE_BILLING_UPSTREAM_TLS_KEY_FILE: b.keyFile, ROUTE_OTHER_BASE_URL: 'https://other.example.com', ROUTE_OTHER_PATH: '/other' }, { cwd: dir })
+  const [main, billing, other] = config.routes
+  t.same(billing!.tls, { certFile: b.certFile, keyFile: b.keyFile, caFile: ca.caFile }, 'its own pair, the default route\'s CA')
+  t.equal(other!.tls, main!.tls, 'a route that names none shares the default route\'s')
+})

@@ -1,0 +1,64 @@
+import { readFileSync, renameSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import t from 'tap'
+import { build, send, until } from '../helpers/build.js'
+import { TestCa } from '../helpers/certificates.js'
+
+function replace (file: string, text: string): void {
+  writeFileSync(`${file}.new`, text)
+  renameSync(`${file}.new`, file)
+}
+
+t.test('tls_client_auth and certificate-bound tokens: the certificate is the client\'s proof, the token goes only with it, and a renewed certificate brings a new token first', async (t) => {
+  const dir = t.testdir({})
+  const ca = TestCa.create(join(dir, 'ca'))
+  const server = ca.issue('server', { cn: '127.0.0.1', san: 'IP:127.0.0.1' })
+  const first = ca.issue('first', { cn: 'sidecar-first' })
+  const second = ca.issue('second', { cn: 'sidecar-second' })
+  const [certFile, keyFile] = [join(dir, 'tls.crt'), join(dir, 'tls.key')]
+  writeFileSync(certFile, first.cert)
+  writeFileSync(keyFile, first.key)
+  const tls = { key: server.key, cert: server.cert, ca: readFileSync(ca.caFile, 'utf8') }
+  const files = { TLS_CERT_FILE: certFile, TLS_KEY_FILE: keyFile, TLS_CA_FILE: ca.caFile }
+  const h = await build(t, {
+    AUTH_URL: '',
+    AUTH_ISSUER_URL: '{issuer}',
+    AUTH_GRANT_TYPE: 'client_credentials',
+    AUTH_CLIENT_AUTH: 'tls_client_auth',
+    AUTH_CLIENT_SECRET: '',
+    AUTH_USERNAME: '',
+    AUTH_PASSWORD: '',
+    ...Object.fromEntries(Object.entries(files).flatMap(([name, file]) => [[`AUTH_${name}`, file], [`UPSTREAM_${name}`, file]]))
+  }, { tls, mtls: { bound: true, aliases: true }, tlsClients: { 'legacy-app': 'sidecar-first' } }, { upstreamTls: tls })
+  await until(() => h.app.credential.ready())
+  t.equal((await send(`${h.proxyUrl}/x`)).status, 200)
+  const grant = h.tokenServer.grants[0]!
+  t.match(grant.path, /\/mtls\/token$/, 'the token endpoint\'s mTLS alias, from discovery')
+  t.same(Object.keys(grant.form).sort(), ['client_id', 'grant_type'], 'the client id and nothing secret')
+  t.equal(grant.certificate, h.app.certificates[0]!.files.certificate!.thumbprint)
+  t.match(h.upstream.received.at(-1), { tokenValid: true, certificate: { subject: 'sidecar-first', x5t: grant.certificate } }, 'the bound token with its certificate')
+
+  // steady traffic while the files are renewed
+  const statuses: number[] = []
+  let running = true
+  const traffic = Promise.all(Array.from({ length: 4 }, async () => {
+    while (running) statuses.push((await fetch(`${h.proxyUrl}/y`)).status)
+  }))
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  h.tokenServer.tlsClients['legacy-app'] = 'sidecar-second'
+  replace(keyFile, second.key)
+  replace(certFile, second.cert)
+  await until(() => h.upstream.received.at(-1)?.certificate?.subject === 'sidecar-second', 5_000)
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  running = false
+  await traffic
+  t.ok(statuses.length > 20, `${statuses.length} requests during the renewal`)
+  t.same([...new Set(statuses)], [200], 'every one answered 200')
+  t.same(h.upstream.received.filter((r) => !r.tokenValid).map((r) => r.tokenReason), [], 'never a token with another certificate than its own')
+  const renewed = h.tokenServer.grants.at(-1)!
+  t.equal(renewed.certificate, h.app.certificates[0]!.files.certificate!.thumbprint, 'a new grant with the new certificate')
+  t.equal(renewed.status, 200)
+
+  await h.app.close(1_000)
+  t.match(h.tokenServer.logouts, [{ endpoint: 'revoke', status: 200, form: { client_id: 'legacy-app' } }], 'the token revoked at shutdown, the client authenticated by its certificate')
+})
