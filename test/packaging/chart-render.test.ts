@@ -60,7 +60,8 @@ t.test('rendered with Helm, every object satisfies the Kubernetes schemas and th
     ['sidecar.env.AUTH_GRANT_TYPE=client_credentials', 'credentials.username=', 'credentials.password='],
     ['metrics.serviceMonitor.enabled=true', 'metrics.prometheusRule.enabled=true'],
     [...PROJECTED],
-    ['sidecar.env.AUTH_CLIENT_AUTH=private_key_jwt', 'credentials.clientKey=-----BEGIN PRIVATE KEY-----']
+    ['sidecar.env.AUTH_CLIENT_AUTH=private_key_jwt', 'credentials.clientKey=-----BEGIN PRIVATE KEY-----'],
+    ['tls.existingSecret=client-cert', 'tls.auth=true', 'metrics.prometheusRule.enabled=true']
   ]
   for (const set of variants) {
     const objects = render(set)
@@ -162,6 +163,37 @@ t.test('routes: each a ROUTE_<NAME>_* set the sidecar reads back as configured, 
 
   const bad = spawnSync(helm, ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, '--set-json', 'routes=[{"name":"x","baseUrl":"https://x.example"}]'], { encoding: 'utf8' })
   t.not(bad.status, 0, 'a route with neither path nor port is refused')
+})
+
+t.test('a client certificate from a Secret or a CSI volume: mounted whole, named both ways, no Secret made for it', async (t) => {
+  if (helmMissing !== undefined) {
+    if (process.env.CI === 'true') t.fail(helmMissing)
+    else t.plan(0, helmMissing)
+    return
+  }
+  const csi = JSON.stringify({ driver: 'csi.cert-manager.io', readOnly: true, volumeAttributes: { 'csi.cert-manager.io/issuer-name': 'workload-ca', 'csi.cert-manager.io/fs-group': '65532' } })
+  for (const [how, set] of [['a Secret', ['--set', 'tls.existingSecret=client-cert']], ['a CSI volume', ['--set-json', `tls.csi=${csi}`]]] as const) {
+    const text = execFileSync(helm, ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, ...set, '--set', 'tls.auth=true'], { encoding: 'utf8' })
+    const objects = parseManifests(text)
+    for (const object of objects) await validate(t, object)
+    t.notOk(objects.some((o) => o.kind === 'Secret' && o.metadata.name.includes('tls')), `${how}: no Secret of the chart's for it`)
+    const pod = objects.find((o) => o.kind === 'Deployment')!.spec.template.spec
+    const sidecar = [...(pod.initContainers ?? []), ...pod.containers].find((c: { name: string }) => c.name === 'auth-sidecar')
+    const env = Object.fromEntries(sidecar.env.map((e: { name: string, value: string }) => [e.name, e.value]))
+    for (const way of ['UPSTREAM', 'AUTH']) {
+      t.equal(env[`${way}_TLS_CERT_FILE`], '/var/run/secrets/auth-sidecar-tls/tls.crt', `${how}: ${way}_TLS_CERT_FILE`)
+      t.equal(env[`${way}_TLS_KEY_FILE`], '/var/run/secrets/auth-sidecar-tls/tls.key')
+      t.equal(env[`${way}_TLS_CA_FILE`], '/var/run/secrets/auth-sidecar-tls/ca.crt')
+    }
+    t.same(sidecar.volumeMounts.find((m: { name: string }) => m.name === 'auth-sidecar-tls'), { name: 'auth-sidecar-tls', mountPath: '/var/run/secrets/auth-sidecar-tls', readOnly: true }, 'the whole volume, no subPath: renewed files reach the sidecar')
+    const volume = pod.volumes.find((v: { name: string }) => v.name === 'auth-sidecar-tls')
+    if (how === 'a Secret') t.same(volume, { name: 'auth-sidecar-tls', secret: { secretName: 'client-cert', defaultMode: 0o440 } })
+    else t.same(volume, { name: 'auth-sidecar-tls', csi: JSON.parse(csi) })
+  }
+  const rule = render(['metrics.prometheusRule.enabled=true']).find((o) => o.kind === 'PrometheusRule')!
+  t.match(rule.spec.groups[0].rules.find((r: { alert: string }) => r.alert === 'AuthSidecarCertificateExpiring'), { expr: /auth_sidecar_certificate_expiry_timestamp_seconds\{.*\} - time\(\) < 1200/ }, 'an alert before a failed renewal bites')
+  const both = spawnSync(helm, ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, '--set', 'tls.existingSecret=x', '--set-json', `tls.csi=${csi}`], { encoding: 'utf8' })
+  t.not(both.status, 0, 'a Secret and a CSI volume at once are refused')
 })
 
 t.test('the README\'s snippet for adding the sidecar to another chart renders a valid pod, with this chart as a dependency', async (t) => {

@@ -81,6 +81,7 @@ sidecar to their own pods. Call it with a dict:
   followToken     true: readiness follows /readyz
   appVersion      the image tag when sidecar.image.tag is empty
   routes          the named routes (this chart's `routes`), rendered as ROUTE_<NAME>_* variables
+  tls             a client certificate (this chart's `tls`): its files, and which way it goes
 Add the volume from "auth-sidecar.volume" to the pod.
 */}}
 {{- define "auth-sidecar.container" -}}
@@ -126,6 +127,7 @@ Add the volume from "auth-sidecar.volume" to the pod.
       value: /var/run/secrets/auth-sidecar-token/token
     {{- end }}
     {{- include "auth-sidecar.routeEnv" .routes | nindent 4 }}
+    {{- include "auth-sidecar.tlsEnv" .tls | nindent 4 }}
     {{- with $s.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -140,6 +142,12 @@ Add the volume from "auth-sidecar.volume" to the pod.
     # The kubelet replaces the token before it expires; the sidecar reads the new one.
     - name: auth-sidecar-token
       mountPath: /var/run/secrets/auth-sidecar-token
+      readOnly: true
+    {{- end }}
+    {{- if and .tls (or .tls.existingSecret .tls.csi) }}
+    # The whole volume (no subPath): renewed files reach the sidecar, which reads them again.
+    - name: auth-sidecar-tls
+      mountPath: /var/run/secrets/auth-sidecar-tls
       readOnly: true
     {{- end }}
     {{- range .routes }}
@@ -183,9 +191,21 @@ Add the volume from "auth-sidecar.volume" to the pod.
 {{/*
 The volumes that "auth-sidecar.container" mounts. Call with a dict:
 secretName (the Secret with the credentials, "" for none),
-projectedToken and routes (as for the container).
+projectedToken, routes and tls (as for the container).
 */}}
 {{- define "auth-sidecar.volume" -}}
+{{- with .tls }}
+{{- if .existingSecret }}
+- name: auth-sidecar-tls
+  secret:
+    secretName: {{ .existingSecret }}
+    defaultMode: 0440
+{{- else if .csi }}
+- name: auth-sidecar-tls
+  csi:
+    {{- toYaml .csi | nindent 4 }}
+{{- end }}
+{{- end }}
 {{- range .routes }}
 {{- if .existingSecret }}
 - name: auth-sidecar-route-{{ lower .name | replace "_" "-" }}
@@ -224,7 +244,7 @@ projectedToken and routes (as for the container).
   "password" (ternary .Values.credentials.keys.password "" $user)
   "clientSecret" (ternary .Values.credentials.keys.clientSecret "" (eq (include "auth-sidecar.hasClientSecret" .) "true"))
   "clientKey" (ternary .Values.credentials.keys.clientKey "" (eq (include "auth-sidecar.hasClientKey" .) "true")) }}
-{{- include "auth-sidecar.container" (dict "sidecar" .Values.sidecar "secretName" (include "auth-sidecar.mountedSecret" .) "keys" $keys "projectedToken" .Values.credentials.projectedToken "native" .Values.sidecar.native "followToken" .Values.sidecar.readiness.followToken "appVersion" .Chart.AppVersion "routes" .Values.routes) }}
+{{- include "auth-sidecar.container" (dict "sidecar" .Values.sidecar "secretName" (include "auth-sidecar.mountedSecret" .) "keys" $keys "projectedToken" .Values.credentials.projectedToken "native" .Values.sidecar.native "followToken" .Values.sidecar.readiness.followToken "appVersion" .Chart.AppVersion "routes" .Values.routes "tls" .Values.tls) }}
 {{- end }}
 
 {{/*
@@ -263,6 +283,29 @@ and the files of its own Secret (mounted by "auth-sidecar.container").
 {{- if $file }}
 - name: {{ $route }}_AUTH_{{ get $files $key }}
   value: {{ printf "%s/%s" $dir $file | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The variables of the client certificate (this chart's `tls`): its files in
+the mounted volume, for the upstream (UPSTREAM_TLS_*) and the auth server
+(AUTH_TLS_*) as `upstream` and `auth` say.
+*/}}
+{{- define "auth-sidecar.tlsEnv" -}}
+{{- if and . (or .existingSecret .csi) }}
+{{- $tls := . }}
+{{- range $way := list "UPSTREAM" "AUTH" }}
+{{- if get $tls (lower $way) }}
+- name: {{ $way }}_TLS_CERT_FILE
+  value: /var/run/secrets/auth-sidecar-tls/{{ $tls.files.cert }}
+- name: {{ $way }}_TLS_KEY_FILE
+  value: /var/run/secrets/auth-sidecar-tls/{{ $tls.files.key }}
+{{- if $tls.files.ca }}
+- name: {{ $way }}_TLS_CA_FILE
+  value: /var/run/secrets/auth-sidecar-tls/{{ $tls.files.ca }}
 {{- end }}
 {{- end }}
 {{- end }}
