@@ -30,6 +30,8 @@
 // named routes: a request on a named route against one on their default
 // route and on a one-route sidecar, in rounds of their own, and the idle
 // RSS of one route, ten sharing its credential and ten each with its own.
+// The tls part puts an HTTPS upstream behind sidecars with and without a
+// client certificate, in rounds of their own: what mutual TLS adds.
 //
 // CPU pinning: where `taskset` exists and there are two or more cores, every
 // proxy runs on core 1 alone, and the load generator and the upstream on
@@ -41,6 +43,7 @@ import { availableParallelism, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import autocannon from 'autocannon'
+import { TestCa } from '../scripts/test-ca.mjs'
 
 const root = fileURLToPath(new URL('..', import.meta.url))
 const env = (name, fallback) => Number(process.env[name] ?? fallback)
@@ -56,8 +59,8 @@ const GRANT_SECONDS = env('BENCH_GRANT_SECONDS', 20)
 const STARTS = env('BENCH_STARTS', 5)
 /** Idle RSS is read this long after the first request (V8's memory reducer has run by then), in the load part and for the first start. */
 const SETTLE_SECONDS = env('BENCH_SETTLE_SECONDS', 15)
-/** BENCH_ONLY=startup (or load, stream, grants, proofs, routes, comma-separated) runs only those parts. */
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'load,stream,grants,startup,proofs,routes').split(','))
+/** BENCH_ONLY=startup (or load, stream, grants, proofs, routes, tls, comma-separated) runs only those parts. */
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'load,stream,grants,startup,proofs,routes,tls').split(','))
 const DPOP = process.env.BENCH_DPOP ?? 'ES256'
 // The sidecar runs as the image starts it, with the Node options of the
 // Dockerfile's ENTRYPOINT; BENCH_NODE_FLAGS replaces them ('' for none).
@@ -409,6 +412,41 @@ async function main () {
     console.error(`routes: named / default route CPU ${routes.namedToDefault.toFixed(2)}; idle RSS ${Object.entries(idleRss).map(([k, v]) => `${k} ${median(v).toFixed(0)} MB`).join(', ')}`)
   }
 
+  // Mutual TLS: an HTTPS upstream that asks for a client certificate, the
+  // same sidecars with and without one; connections are kept alive, so
+  // what differs is the handshakes and whatever a request pays for them.
+  let tls = null
+  if (ONLY.has('tls')) {
+    const dir = mkdtempSync(join(tmpdir(), 'bench-tls-'))
+    const ca = TestCa.create(dir)
+    const server = ca.issue('server', { cn: '127.0.0.1', san: 'IP:127.0.0.1' })
+    const client = ca.issue('client', { cn: 'bench-sidecar' })
+    const secure = await launch(0, process.execPath, ['bench/upstream.mjs'], { TLS_CERT: server.certFile, TLS_KEY: server.keyFile, TLS_CA: ca.caFile })
+    const trust = { UPSTREAM_TLS_CA_FILE: ca.caFile, BASE_URL: `https://127.0.0.1:${secure.info.port}` }
+    const plain = await times(PROCS, () => startSidecar(secure.info.port, tokenServer, 1, 'dist/main.js', trust))
+    const mutual = await times(PROCS, () => startSidecar(secure.info.port, tokenServer, 1, 'dist/main.js', { ...trust, UPSTREAM_TLS_CERT_FILE: client.certFile, UPSTREAM_TLS_KEY_FILE: client.keyFile }))
+    for (const d of [...plain, ...mutual]) await untilOk(`http://127.0.0.1:${d.port}/`)
+    const set = [
+      ...plain.map((d, i) => ({ variant: 'https', name: `https#${i + 1}`, url: `http://127.0.0.1:${d.port}`, pid: d.child.pid })),
+      ...mutual.map((d, i) => ({ variant: 'https, client certificate', name: `mtls#${i + 1}`, url: `http://127.0.0.1:${d.port}`, pid: d.child.pid }))
+    ]
+    for (const t of set) await load(t.url, { duration: 2 })
+    const tlsRuns = Object.fromEntries(set.map((t) => [t.name, []]))
+    await inRounds(set, tlsRuns, 'tls round')
+    const tlsSummary = summarize(set, tlsRuns)
+    for (const d of [...plain, ...mutual]) d.child.kill('SIGKILL')
+    secure.child.kill('SIGKILL')
+    rmSync(dir, { recursive: true, force: true })
+    tls = {
+      summary: tlsSummary,
+      certificateToNone: tlsSummary['https, client certificate'].cpuUsPerRequest / tlsSummary.https.cpuUsPerRequest,
+      certificateToNoneSpread: spreadOf(tlsSummary, 'https, client certificate', 'https'),
+      certificateToNoneByRound: byRoundOf(set, tlsRuns, 'https, client certificate', 'https'),
+      runs: tlsRuns
+    }
+    console.error(`tls: with a client certificate / without, CPU ${tls.certificateToNone.toFixed(2)}`)
+  }
+
   // Grants and start-up are measured with no other Node proxy on core 1:
   // the others' timers and renewals would be counted in or slow them down.
   for (const t of targets) if (t.variant === 'auth-sidecar' && t !== firstOf('auth-sidecar')) process.kill(t.pid, 'SIGKILL')
@@ -489,6 +527,7 @@ async function main () {
     previousStartup,
     dpop,
     routes,
+    tls,
     proofs: ONLY.has('proofs') ? proofCost() : null,
     runs
   }
@@ -626,6 +665,12 @@ function table (r) {
     lines.push('', `A named route's CPU per request / the default route's, same processes: ${f(x.namedToDefault, 2)}${range(x.namedToDefaultSpread)}; round by round median ${f(x.namedToDefaultByRound?.median, 2)}, ${f(x.namedToDefaultByRound?.min, 2)}–${f(x.namedToDefaultByRound?.max, 2)}. Against a one-route sidecar: ${f(x.namedToOneRoute, 2)}, round by round median ${f(x.namedToOneRouteByRound?.median, 2)}.`)
     lines.push('', `| idle RSS, ${r.settings.SETTLE_SECONDS} s after start | median MB | each process |`, '|---|---|---|')
     for (const [kind, v] of Object.entries(x.idleRssMb)) lines.push(`| ${kind} | ${f(median(v))} | ${v.map((z) => f(z)).join(' / ')} |`)
+  }
+  if (r.tls) {
+    const x = r.tls
+    lines.push('', '| an HTTPS upstream, rounds of their own | req/s | p50 ms | p99 ms | proxy CPU µs/req | each process\'s median | non-2xx |', '|---|---|---|---|---|---|---|')
+    for (const [name, y] of Object.entries(x.summary)) lines.push(`| ${name} | ${f(y.rps)} | ${f(y.p50, 1)} | ${f(y.p99, 1)} | ${f(y.cpuUsPerRequest, 1)} | ${y.cpuUsPerRequestByProcess.map((z) => f(z, 1)).join(' / ')} | ${y.non2xx} |`)
+    lines.push('', `With a client certificate, CPU per request / without: ${f(x.certificateToNone, 2)}${range(x.certificateToNoneSpread)}; round by round median ${f(x.certificateToNoneByRound?.median, 2)}, ${f(x.certificateToNoneByRound?.min, 2)}–${f(x.certificateToNoneByRound?.max, 2)}.`)
   }
   if (r.proofs) {
     lines.push('', `| one DPoP proof (${r.proofs.count} per turn, ${r.proofs.turns} turns in alternation) | CPU µs per proof, median | range of the turns |`, '|---|---|---|')

@@ -1,9 +1,18 @@
-// The benchmark's upstream: a plain node:http server on 127.0.0.1. GET
-// answers a small JSON body; POST counts the body; GET /bytes/N streams N bytes.
-import { createServer } from 'node:http'
+// The benchmark's upstream: a plain node:http server on 127.0.0.1 (HTTPS
+// with TLS_CERT and TLS_KEY files, asking for a client certificate signed by
+// TLS_CA when that is set). GET answers a small JSON body; POST counts the
+// body; GET /bytes/N streams N bytes.
+import { readFileSync } from 'node:fs'
+import { createServer as createHttpServer } from 'node:http'
+import { createServer as createHttpsServer } from 'node:https'
 
 const body = Buffer.from('{"ok":true,"service":"bench-upstream"}')
 const chunk = Buffer.alloc(1024 * 1024, 120)
+
+const tls = process.env.TLS_CERT === undefined
+  ? undefined
+  : { cert: readFileSync(process.env.TLS_CERT), key: readFileSync(process.env.TLS_KEY), ...(process.env.TLS_CA !== undefined && { ca: readFileSync(process.env.TLS_CA), requestCert: true, rejectUnauthorized: false }) }
+const createServer = (handler) => tls === undefined ? createHttpServer(handler) : createHttpsServer(tls, handler)
 
 const server = createServer((req, res) => {
   const m = /^\/bytes\/(\d+)/.exec(req.url)
