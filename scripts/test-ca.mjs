@@ -21,7 +21,9 @@ export class TestCa {
     writeFileSync(join(dir, 'index.txt'), '')
     writeFileSync(join(dir, 'ca.cnf'), [
       '[ca]', 'default_ca = test',
-      '[test]', `dir = ${dir}`, 'database = $dir/index.txt', 'new_certs_dir = $dir', 'certificate = $dir/ca.pem', 'private_key = $dir/ca.key',
+      // paths relative to the CA's directory (openssl runs there): `openssl ca`
+      // refuses a database path of 250 characters or more
+      '[test]', 'dir = .', 'database = $dir/index.txt', 'new_certs_dir = $dir', 'certificate = $dir/ca.pem', 'private_key = $dir/ca.key',
       'default_md = sha256', 'policy = anything', 'unique_subject = no', 'copy_extensions = copy', 'serial = $dir/serial',
       '[anything]', 'commonName = supplied', 'organizationName = optional', ''
     ].join('\n'))
@@ -56,7 +58,7 @@ export class TestCa {
     writeFileSync(join(this.dir, 'serial'), serial.length % 2 === 0 ? serial : `0${serial}`)
     const notBefore = o.notBefore ?? new Date(Date.now() - 3600_000)
     const notAfter = o.notAfter ?? new Date(Date.now() + 2 * 86400_000)
-    this.#openssl('ca', '-batch', '-config', join(this.dir, 'ca.cnf'), '-in', join(this.dir, `${name}.csr`), '-out', certFile, '-notext',
+    this.#openssl('ca', '-batch', '-config', 'ca.cnf', '-in', `${name}.csr`, '-out', `${name}.pem`, '-notext',
       '-startdate', asn1Time(notBefore), '-enddate', asn1Time(notAfter))
     return { certFile, keyFile, cert: readFileSync(certFile, 'utf8'), key: readFileSync(keyFile, 'utf8') }
   }
