@@ -137,8 +137,8 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   const upstreams = new Map<RouteConfig, TlsDispatcher>()
   const certificates: Array<{ which: 'upstream' | 'auth', route: string, files: TlsFiles }> = []
   for (const { config: c } of credentials.all) {
-    const files = c.auth.mode === 'oauth2' && c.auth.tls?.certFile !== undefined ? await tls.of(c.auth.tls, '', tlsNames('AUTH_TLS')) : undefined
-    if (files !== undefined && c.exchange === undefined) certificates.push({ which: 'auth', route: c.name, files })
+    const files = credentials.tlsOf(c)
+    if (files?.certificate !== undefined && c.exchange === undefined) certificates.push({ which: 'auth', route: c.name, files })
   }
   for (const route of config.routes) {
     const listener = route.port === undefined ? main : listen(route.name)

@@ -58,6 +58,11 @@ export class Credentials {
     return made
   }
 
+  /** The TLS files a credential presents to the auth server; undefined when it presents none of its own. */
+  tlsOf (config: CredentialConfig): TlsFiles | undefined {
+    return this.#tls.get(config)
+  }
+
   /** Stops watching the secrets' files. */
   close (): void {
     for (const store of this.#stores) store.close()

@@ -8,6 +8,7 @@ import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { CHECK_EXIT, runCheck } from '../../src/check/run.js'
 import { TokenServer, type Fault, type TokenServerOptions } from '../../dev/token-server.js'
+import { TestCa } from '../helpers/certificates.js'
 import { dpopApi } from '../helpers/dpop-api.js'
 import { freePort, start, untilToken } from '../helpers/process.js'
 import { FakeUpstream } from '../helpers/upstream.js'
@@ -365,4 +366,42 @@ t.test('check with routes: every credential\'s grant or exchange and every route
   t.match(refused.output, /^FAIL exchange \(route reports\): token endpoint answered 400 invalid_request \(Requested audience not available: finance-api\)/m)
   t.match(refused.output, /^ok {3}upstream \(route shared\)/m, 'the other routes are still checked')
   t.notMatch(refused.output, /upstream \(route reports\)/, 'the route without a token is not tried')
+})
+
+t.test('check: each client certificate said, and a token bound to one the upstream does not get is a failure named as such', async (t) => {
+  const ca = TestCa.create(join(t.testdir({}), 'ca'))
+  const server = ca.issue('server', { cn: '127.0.0.1', san: 'IP:127.0.0.1' })
+  const toKeycloak = ca.issue('auth', { cn: 'sidecar-auth' })
+  const toApi = ca.issue('upstream', { cn: 'sidecar-upstream' })
+  const tls = { key: server.key, cert: server.cert, ca: readFileSync(ca.caFile, 'utf8') }
+  const tokenServer = new TokenServer({ tls, mtls: { bound: true }, tlsClients: { 'legacy-app': 'sidecar-auth' } })
+  await tokenServer.listen()
+  t.teardown(async () => await tokenServer.close())
+  const upstream = new FakeUpstream(tokenServer, tls)
+  await upstream.listen()
+  t.teardown(async () => await upstream.close())
+  const env = {
+    BASE_URL: upstream.url,
+    AUTH_TOKEN_URL: tokenServer.tokenUrl,
+    AUTH_CLIENT_ID: 'legacy-app',
+    AUTH_GRANT_TYPE: 'client_credentials',
+    AUTH_CLIENT_AUTH: 'tls_client_auth',
+    AUTH_TLS_CERT_FILE: toKeycloak.certFile,
+    AUTH_TLS_KEY_FILE: toKeycloak.keyFile,
+    AUTH_TLS_CA_FILE: ca.caFile,
+    UPSTREAM_TLS_CERT_FILE: toApi.certFile,
+    UPSTREAM_TLS_KEY_FILE: toApi.keyFile,
+    UPSTREAM_TLS_CA_FILE: ca.caFile
+  }
+  const split = await check(env)
+  t.equal(split.code, CHECK_EXIT.grant, split.output)
+  t.match(split.output, /^ok {3}certificate auth: subject CN=sidecar-auth, expires \d{4}-\S+, x5t#S256 [\w-]{43}$/m)
+  t.match(split.output, /^ok {3}certificate upstream: subject CN=sidecar-upstream, /m)
+  t.match(split.output, /^FAIL grant: client_credentials grant at \S+ \(tls_client_auth\): .*bound to the client certificate x5t#S256 [\w-]{43}, but the upstream gets x5t#S256 [\w-]{43}: the token will be refused there\. Give UPSTREAM_TLS_CERT_FILE/m)
+  t.notMatch(split.output, /PRIVATE KEY/)
+
+  const same = await check({ ...env, UPSTREAM_TLS_CERT_FILE: toKeycloak.certFile, UPSTREAM_TLS_KEY_FILE: toKeycloak.keyFile })
+  t.equal(same.code, CHECK_EXIT.ok, same.output)
+  t.match(same.output, /bound to the client certificate \(cnf x5t#S256 [\w-]{43}\), which the upstream gets too/)
+  t.match(same.output, /^ok {3}upstream: GET https:\/\/127\.0\.0\.1:\d+\/ answered 200/m)
 })
