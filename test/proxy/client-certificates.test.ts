@@ -1,7 +1,11 @@
 import { execFileSync, spawn } from 'node:child_process'
 import { readFileSync, renameSync, writeFileSync } from 'node:fs'
+import { createServer as createHttpsServer } from 'node:https'
+import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
+import type { TLSSocket } from 'node:tls'
 import t, { type Test } from 'tap'
+import WebSocket, { WebSocketServer } from 'ws'
 import { build, metric, send, until, type Harness } from '../helpers/build.js'
 import { TestCa, type Issued } from '../helpers/certificates.js'
 import { freePort } from '../helpers/process.js'
@@ -147,4 +151,32 @@ t.test('each certificate\'s expiry is a metric; the CA file is trusted besides N
   const untrusted = await build(t, { BASE_URL: s.upstream.url, UPSTREAM_TLS_CERT_FILE: s.certFile, UPSTREAM_TLS_KEY_FILE: s.keyFile })
   t.equal((await send(`${untrusted.proxyUrl}/x`)).status, 502)
   t.ok(untrusted.log.lines.some((l) => /UNABLE_TO_VERIFY_LEAF_SIGNATURE|SELF_SIGNED|UNABLE_TO_GET_ISSUER/.test(l)), 'TLS is verified')
+})
+
+t.test('a WebSocket to an HTTPS upstream: the handshake presents the client certificate too', async (t) => {
+  const s = await setup(t)
+  const server = createHttpsServer({ key: readFileSync(join(s.ca.dir, 'server.key')), cert: readFileSync(join(s.ca.dir, 'server.pem')), ca: readFileSync(s.ca.caFile), requestCert: true, rejectUnauthorized: true })
+  const wss = new WebSocketServer({ server })
+  const presented: string[] = []
+  wss.on('connection', (socket, req) => {
+    presented.push(String((req.socket as TLSSocket).getPeerCertificate().subject?.CN))
+    socket.on('message', (data) => socket.send(`echo:${String(data)}`))
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(async () => {
+    for (const c of wss.clients) c.terminate()
+    server.closeAllConnections()
+    await new Promise<void>((resolve) => server.close(() => resolve()))
+  })
+  const h = await sidecar(t, s, { BASE_URL: `https://127.0.0.1:${(server.address() as AddressInfo).port}` })
+  const ws = new WebSocket(`${h.proxyUrl.replace('http', 'ws')}/stream`)
+  const echoed = await new Promise<string>((resolve, reject) => {
+    ws.once('open', () => ws.send('hello'))
+    ws.once('message', (d) => resolve(String(d)))
+    ws.once('error', reject)
+    ws.once('unexpected-response', (_req, res) => reject(new Error(`status ${res.statusCode}`)))
+  })
+  ws.close()
+  t.equal(echoed, 'echo:hello')
+  t.same(presented, ['sidecar-first'], 'the upstream verified the certificate before the upgrade')
 })
