@@ -1,6 +1,6 @@
 import { resolve } from 'node:path'
 import { clientCertificate, pemCertificates, type TlsNames } from '../tls/certificate.js'
-import { readSecretFileSync } from './secret-file.js'
+import { MAX_CA_FILE_BYTES, MAX_SECRET_FILE_BYTES, readSecretFileSync } from './secret-file.js'
 import type { TlsPaths } from './types.js'
 
 /** The files of one TLS setting as set (before resolving), and the variables that name them. */
@@ -29,16 +29,16 @@ export function tlsPaths (setting: TlsSetting, cwd: string, problems: string[]):
     ...(key !== undefined && { keyFile: resolve(cwd, key) }),
     ...(ca !== undefined && { caFile: resolve(cwd, ca) })
   }
-  const read = (path: string | undefined, variable: string): string | undefined => {
+  const read = (path: string | undefined, variable: string, max = MAX_SECRET_FILE_BYTES): string | undefined => {
     if (path === undefined) return undefined
     try {
-      return readSecretFileSync(path)
+      return readSecretFileSync(path, max)
     } catch (err) {
       problems.push(`${variable} ${(err as Error).message}`)
       return undefined
     }
   }
-  const [certText, keyText, caText] = [read(paths.certFile, names.cert), read(paths.keyFile, names.key), read(paths.caFile, names.ca)]
+  const [certText, keyText, caText] = [read(paths.certFile, names.cert), read(paths.keyFile, names.key), read(paths.caFile, names.ca, MAX_CA_FILE_BYTES)]
   try {
     if (certText !== undefined && keyText !== undefined) clientCertificate(certText, keyText, names)
     else if (certText !== undefined) pemCertificates(certText, names.cert)

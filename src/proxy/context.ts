@@ -1,4 +1,5 @@
 import type { EventEmitter } from 'node:events'
+import type { SecureContext } from 'node:tls'
 import type { Dispatcher } from 'undici'
 import type { Logger } from '../logger.js'
 import type { RequestCredential } from '../token/credential.js'
@@ -44,9 +45,7 @@ export interface ProxyEvents {
 
 /** What a connection presents and trusts, for the WebSocket client (ws takes Node's TLS options). */
 export interface ConnectionTls {
-  cert?: string
-  key?: string
-  ca?: string[]
+  secureContext?: SecureContext
 }
 
 /**

@@ -1,5 +1,7 @@
 import { execFileSync } from 'node:child_process'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { rootCertificates } from 'node:tls'
 import t from 'tap'
 import { ConfigError, loadConfig } from '../../src/config/load.js'
 import { TestCa } from '../helpers/certificates.js'
@@ -37,6 +39,14 @@ t.test('TLS files are checked at start, each mistake naming its variable, never 
   t.same(problems({ AUTH_CLIENT_AUTH: 'tls_client_auth', AUTH_GRANT_TYPE: 'client_credentials' }, dir),
     ['AUTH_TLS_CERT_FILE and AUTH_TLS_KEY_FILE are required with AUTH_CLIENT_AUTH=tls_client_auth: the certificate the client authenticates with'])
   t.same(problems({ AUTH_CLIENT_AUTH: 'tls_client_auth', AUTH_GRANT_TYPE: 'client_credentials', AUTH_USERNAME: '', AUTH_PASSWORD: '', AUTH_TLS_CERT_FILE: a.certFile, AUTH_TLS_KEY_FILE: a.keyFile }, dir), [], 'no secret needed')
+
+  // a CA file may be a whole bundle: Node's own CAs and the test CA, some 220 KB
+  const bundle = join(dir, 'bundle.pem')
+  writeFileSync(bundle, [...rootCertificates, readFileSync(ca.caFile, 'utf8')].join('\n'))
+  t.same(problems({ UPSTREAM_TLS_CA_FILE: bundle, AUTH_TLS_CA_FILE: bundle }, dir), [], 'a CA bundle')
+  const huge = join(dir, 'huge.pem')
+  writeFileSync(huge, Array.from({ length: 6 }, () => rootCertificates.join('\n')).join('\n'))
+  t.same(problems({ UPSTREAM_TLS_CA_FILE: huge }, dir), ['UPSTREAM_TLS_CA_FILE is larger than 1024 KiB'])
 
   const all = problems({ UPSTREAM_TLS_CERT_FILE: a.certFile, UPSTREAM_TLS_KEY_FILE: b.keyFile, AUTH_TLS_CERT_FILE: a.certFile, AUTH_TLS_KEY_FILE: encrypted }, dir).join('\n')
   t.notMatch(all, /BEGIN|PRIVATE/, 'no file content in any message')

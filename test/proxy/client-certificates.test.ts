@@ -3,7 +3,7 @@ import { readFileSync, renameSync, writeFileSync } from 'node:fs'
 import { createServer as createHttpsServer } from 'node:https'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
-import type { TLSSocket } from 'node:tls'
+import { rootCertificates, type TLSSocket } from 'node:tls'
 import t, { type Test } from 'tap'
 import WebSocket, { WebSocketServer } from 'ws'
 import { build, metric, send, until, type Harness } from '../helpers/build.js'
@@ -147,6 +147,11 @@ t.test('each certificate\'s expiry is a metric; the CA file is trusted besides N
   const h = await sidecar(t, s)
   const notAfter = new Date(/notAfter=(.*)/.exec(execFileSync('openssl', ['x509', '-noout', '-enddate', '-in', s.certFile], { encoding: 'utf8' }))![1]!).getTime() / 1000
   t.equal(await metric(h.adminUrl, 'auth_sidecar_certificate_expiry_timestamp_seconds{certificate="upstream",route="default"}'), notAfter)
+  // a CA bundle larger than a secret: Node's CAs and the test CA
+  const bundle = join(s.ca.dir, 'bundle.pem')
+  writeFileSync(bundle, [...rootCertificates, readFileSync(s.ca.caFile, 'utf8')].join('\n'))
+  const bundled = await sidecar(t, s, { UPSTREAM_TLS_CA_FILE: bundle })
+  t.equal((await send(`${bundled.proxyUrl}/x`)).status, 200, 'a CA bundle is read whole')
   // without the CA file the upstream's certificate is not trusted
   const untrusted = await build(t, { BASE_URL: s.upstream.url, UPSTREAM_TLS_CERT_FILE: s.certFile, UPSTREAM_TLS_KEY_FILE: s.keyFile })
   t.equal((await send(`${untrusted.proxyUrl}/x`)).status, 502)
