@@ -66,6 +66,13 @@ export function parseAuth (raw: Raw, data: Record<string, unknown>, cwd: string,
       }
     }
     const tls = tlsPaths({ cert: str('AUTH_TLS_CERT_FILE'), key: str('AUTH_TLS_KEY_FILE'), ca: str('AUTH_TLS_CA_FILE'), names: tlsNames('AUTH_TLS') }, cwd, problems)
+    // a client certificate goes only over TLS: over http it would silently not be presented
+    const plain = [tokenUrl, issuerUrl].find((u) => u?.startsWith('http:'))
+    if (plain !== undefined && client.clientAuth === 'tls_client_auth') {
+      problems.push(`AUTH_CLIENT_AUTH=tls_client_auth needs an https auth server: ${plain} is http, where no client certificate is presented`)
+    } else if (plain !== undefined && tls?.certFile !== undefined) {
+      warnings.push(`AUTH_TLS_CERT_FILE is not presented: ${plain} is http`)
+    }
     const clientId = str('AUTH_CLIENT_ID')
     if (clientId === undefined) problems.push('AUTH_CLIENT_ID is required in oauth2 mode')
     const scope = str('AUTH_SCOPE')

@@ -88,6 +88,7 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
 
   const defaultCredential: CredentialConfig = { name: 'default', auth, sources: credentials }
   const upstreamTls = tlsPaths({ cert: str('UPSTREAM_TLS_CERT_FILE'), key: str('UPSTREAM_TLS_KEY_FILE'), ca: str('UPSTREAM_TLS_CA_FILE'), names: tlsNames('UPSTREAM_TLS') }, cwd, problems)
+  if (upstream?.protocol === 'http:' && upstreamTls?.certFile !== undefined) warnings.push('UPSTREAM_TLS_CERT_FILE is not presented: BASE_URL is http')
   const defaultRoute: RouteConfig = {
     name: 'default',
     origin: upstream?.origin ?? '',

@@ -95,6 +95,7 @@ export function parseRoutes (o: RouteInput, problems: string[], warnings: string
     const where = placeOf(upper, set, o, problems)
     const credential = credentialOf(name, upper, set, o, credentials, problems, warnings)
     const tls = upstreamTlsOf(upper, set, o, problems)
+    if (upstream?.protocol === 'http:' && set.UPSTREAM_TLS_CERT_FILE !== undefined) warnings.push(`route ${name}: ROUTE_${upper}_UPSTREAM_TLS_CERT_FILE is not presented: ROUTE_${upper}_BASE_URL is http`)
     if (upstream === undefined || where === undefined || credential === undefined) continue
     routes.push({ name, origin: upstream.origin, basePath: upstream.pathname.replace(/\/+$/, ''), ...where, credential, ...(tls !== undefined && { tls }) })
   }

@@ -66,3 +66,26 @@ t.test('a route\'s upstream TLS files: its own named as its own, the others the 
   t.same(billing!.tls, { certFile: b.certFile, keyFile: b.keyFile, caFile: ca.caFile }, 'its own pair, the default route\'s CA')
   t.equal(other!.tls, main!.tls, 'a route that names none shares the default route\'s')
 })
+
+t.test('a client certificate for an http server is not presented: a warning, or an error where the client authenticates by it', async (t) => {
+  const dir = t.testdir({})
+  const ca = TestCa.create(join(dir, 'ca'))
+  const a = ca.issue('a', { cn: 'a' })
+  const pair = (prefix: string): Record<string, string> => ({ [`${prefix}_CERT_FILE`]: a.certFile, [`${prefix}_KEY_FILE`]: a.keyFile })
+  const warned = (env: Record<string, string>): string[] => loadConfig({ ...BASE, ...env }, { cwd: dir }).warnings
+
+  t.same(warned({ BASE_URL: 'http://api.internal', ...pair('UPSTREAM_TLS') }), ['UPSTREAM_TLS_CERT_FILE is not presented: BASE_URL is http'])
+  t.same(warned({ AUTH_URL: 'http://sso.internal', AUTH_REALM: 'r', ...pair('AUTH_TLS') }), ['AUTH_TLS_CERT_FILE is not presented: http://sso.internal/auth/realms/r/protocol/openid-connect/token is http'])
+  t.same(warned({ ...pair('UPSTREAM_TLS'), ...pair('AUTH_TLS') }), [], 'https both ways')
+  t.same(warned({ BASE_URL: 'http://api.internal', UPSTREAM_TLS_CA_FILE: ca.caFile }), [], 'a CA file alone presents nothing')
+  t.same(warned({ ...pair('UPSTREAM_TLS'), ROUTE_PLAIN_BASE_URL: 'http://plain.internal', ROUTE_PLAIN_PATH: '/plain' }), [], 'a route that only inherits the default route\'s certificate')
+  t.same(warned({ ROUTE_PLAIN_BASE_URL: 'http://plain.internal', ROUTE_PLAIN_PATH: '/plain', ...pair('ROUTE_PLAIN_UPSTREAM_TLS') }),
+    ['route plain: ROUTE_PLAIN_UPSTREAM_TLS_CERT_FILE is not presented: ROUTE_PLAIN_BASE_URL is http'])
+
+  const client = { AUTH_GRANT_TYPE: 'client_credentials', AUTH_CLIENT_AUTH: 'tls_client_auth', AUTH_USERNAME: '', AUTH_PASSWORD: '', ...pair('AUTH_TLS') }
+  t.same(problems({ ...client, AUTH_TOKEN_URL: 'http://sso.internal/token' }, dir),
+    ['AUTH_CLIENT_AUTH=tls_client_auth needs an https auth server: http://sso.internal/token is http, where no client certificate is presented'])
+  t.same(problems({ ...client, AUTH_ISSUER_URL: 'http://sso.internal/realms/r' }, dir),
+    ['AUTH_CLIENT_AUTH=tls_client_auth needs an https auth server: http://sso.internal/realms/r is http, where no client certificate is presented'])
+})
+
