@@ -273,19 +273,7 @@ class Exchange implements Dispatcher.DispatchHandler {
     if (this.#over) return
     this.#finish()
     if (err instanceof ClientGoneError || isClientGone(this.#reply.raw)) return
-    const failure = upstreamFailure(err)
-    const fields = { requestId: this.#request.id, route: this.#o.route.name, upstreamError: failure.code }
-    if (err instanceof CertificateUnusableError) {
-      this.#o.log.warn({ ...fields, reason: err.message }, 'upstream request not sent: the client certificate cannot be presented')
-    } else if (refusesCertificate(failure.code) || this.#o.upstream.refusal() !== undefined) {
-      this.#o.log.warn({ ...fields, tlsAlert: this.#o.upstream.refusal() ?? failure.code, certificate: this.#o.upstream.subject ?? null }, this.#o.upstream.subject === undefined
-        ? 'the upstream requires a client certificate: set UPSTREAM_TLS_CERT_FILE and UPSTREAM_TLS_KEY_FILE'
-        : 'the upstream refused the client certificate')
-    } else {
-      this.#o.log.warn(fields, 'upstream request failed')
-    }
-    this.#o.events.emit('upstream_error', { route: this.#o.route.name, ...failure })
-    sendError(this.#reply, failure.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable')
+    answerUpstreamFailure(this.#o, this.#reply, this.#request.id, err, 'upstream request failed')
   }
 
   /** The exchange with the upstream is over: its place in the pool given back. */
@@ -295,6 +283,28 @@ class Exchange implements Dispatcher.DispatchHandler {
     this.#unwatch()
     this.#release()
   }
+}
+
+/**
+ * A failure before the upstream's answer, of a request or a WebSocket
+ * handshake: logged (a client certificate that cannot be presented, or that
+ * the upstream refused, named as such, else as `failed`), counted, and
+ * answered 502 or 504.
+ */
+export function answerUpstreamFailure (o: ProxyContext, reply: FastifyReply, requestId: string, err: unknown, failed: string): void {
+  const failure = upstreamFailure(err)
+  const fields = { requestId, route: o.route.name, upstreamError: failure.code }
+  if (err instanceof CertificateUnusableError) {
+    o.log.warn({ ...fields, reason: err.message }, 'upstream request not sent: the client certificate cannot be presented')
+  } else if (refusesCertificate(failure.code) || o.upstream.refusal() !== undefined) {
+    o.log.warn({ ...fields, tlsAlert: o.upstream.refusal() ?? failure.code, certificate: o.upstream.subject ?? null }, o.upstream.subject === undefined
+      ? 'the upstream requires a client certificate: set UPSTREAM_TLS_CERT_FILE and UPSTREAM_TLS_KEY_FILE'
+      : 'the upstream refused the client certificate')
+  } else {
+    o.log.warn(fields, failed)
+  }
+  o.events.emit('upstream_error', { route: o.route.name, ...failure })
+  sendError(reply, failure.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable')
 }
 
 /** An attempt the sidecar ends itself (to send it again, or an answer it will not relay). */

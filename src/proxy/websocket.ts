@@ -3,8 +3,8 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { WebSocket, WebSocketServer } from 'ws'
 import type { Authorization } from '../token/credential.js'
 import { accessLine } from './access-log.js'
-import { upstreamFailure, type ProxyContext } from './context.js'
-import { CertificateUnusableError, ClientGoneError, routePath } from './forward.js'
+import type { ProxyContext } from './context.js'
+import { answerUpstreamFailure, CertificateUnusableError, ClientGoneError, routePath } from './forward.js'
 import { countHeader, forwardedHeaders } from './headers.js'
 import { sendError, sendTokenUnavailable } from './replies.js'
 import { takeConnection } from './upgrade.js'
@@ -243,10 +243,7 @@ class Handshake {
     this.#upstream?.terminate()
     const cause = this.#givenUp ?? err
     if (cause instanceof ClientGoneError || this.#request.raw.socket.destroyed) return
-    const failure = upstreamFailure(cause)
-    this.#o.log.warn({ requestId: this.#request.id, route: this.#o.route.name, upstreamError: failure.code, ...(cause instanceof CertificateUnusableError && { reason: cause.message }) }, 'websocket upstream failed')
-    this.#o.events.emit('upstream_error', { route: this.#o.route.name, ...failure })
-    sendError(this.#reply, failure.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable')
+    answerUpstreamFailure(this.#o, this.#reply, this.#request.id, cause, 'websocket upstream failed')
   }
 
   #settle (): void {

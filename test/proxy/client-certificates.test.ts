@@ -133,6 +133,15 @@ t.test('an upstream that refuses the certificate, or wants one: 502, and the log
   replace(s.certFile, stranger.cert)
   replace(s.keyFile, stranger.key)
   const h = await sidecar(t, s, { BASE_URL: `https://127.0.0.1:${port}` })
+  // a WebSocket handshake first: its refusal is said the same way
+  const handshake = await new Promise<number>((resolve, reject) => {
+    const ws = new WebSocket(`${h.proxyUrl.replace('http', 'ws')}/stream`)
+    ws.once('unexpected-response', (_req, res) => { res.resume(); resolve(res.statusCode ?? 0) })
+    ws.once('open', () => reject(new Error('opened')))
+    ws.once('error', () => {})
+  })
+  t.equal(handshake, 502)
+  t.ok(h.log.records().some((r) => r.msg === 'the upstream refused the client certificate' && r.certificate === 'CN=stranger' && /ALERT_UNKNOWN_CA/.test(String(r.tlsAlert))), 'the handshake\'s refusal named')
   const refused = await send(`${h.proxyUrl}/x`)
   t.equal(refused.status, 502)
   t.ok(h.log.lines.some((l) => l.includes('the upstream refused the client certificate') && l.includes('CN=stranger') && l.includes('ALERT_UNKNOWN_CA')), h.log.lines.filter((l) => l.includes('upstream')).join('\n'))
