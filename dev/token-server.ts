@@ -446,7 +446,7 @@ export class TokenServer {
 }
 
 /** The client certificate a request came with, when the server's CA signed it: its x5t#S256 and CN. */
-function presentedCertificate (req: IncomingMessage): { x5t: string, subject: string } | undefined {
+export function presentedCertificate (req: IncomingMessage): { x5t: string, subject: string } | undefined {
   const socket = req.socket as TLSSocket
   if (socket.encrypted !== true || !socket.authorized) return undefined
   const cert = socket.getPeerCertificate()

@@ -1,9 +1,8 @@
 import { createHash } from 'node:crypto'
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { createServer as createHttpsServer } from 'node:https'
-import type { TLSSocket } from 'node:tls'
 import type { AddressInfo } from 'node:net'
-import type { TokenServer } from '../../dev/token-server.js'
+import { presentedCertificate, type TokenServer } from '../../dev/token-server.js'
 
 export interface Received {
   method: string
@@ -23,15 +22,6 @@ export interface Received {
   abortedAt?: number
   /** the client certificate it came with (HTTPS with a CA): its x5t#S256 and CN */
   certificate?: { x5t: string, subject: string }
-}
-
-/** The client certificate a request came with, when the server's CA signed it. */
-function clientCertificateOf (req: IncomingMessage): { x5t: string, subject: string } | undefined {
-  const socket = req.socket as TLSSocket
-  if (socket.encrypted !== true || !socket.authorized) return undefined
-  const cert = socket.getPeerCertificate()
-  if (cert.raw === undefined) return undefined
-  return { x5t: createHash('sha256').update(cert.raw).digest('base64url'), subject: String(cert.subject?.CN ?? '') }
 }
 
 /**
@@ -71,7 +61,7 @@ export class FakeUpstream {
       let bytes = 0
       const path = req.url ?? ''
       let m0: RegExpMatchArray | null
-      const presented = clientCertificateOf(req)
+      const presented = presentedCertificate(req)
       const verdict = tokens?.verify(req.headers.authorization, presented?.x5t) ?? { ok: true as const }
       const record: Received = {
         ...(presented !== undefined && { certificate: presented }),

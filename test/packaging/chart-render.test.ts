@@ -20,6 +20,18 @@ const chart = `${root}helm/auth-sidecar`
 const { findHelm } = await import(`${root}scripts/helm.mjs`) as { findHelm: () => { helm?: string, missing?: string } }
 const { helm = 'helm', missing: helmMissing } = findHelm()
 
+/** A test that needs Helm: without it, a failure under CI=true and a skip saying why elsewhere. */
+function helmTest (name: string, fn: (t: Test) => Promise<void>): void {
+  t.test(name, async (t) => {
+    if (helmMissing !== undefined) {
+      if (process.env.CI === 'true') t.fail(helmMissing)
+      else t.plan(0, helmMissing)
+      return
+    }
+    await fn(t)
+  })
+}
+
 interface K8sObject { apiVersion: string, kind: string, metadata: { name: string }, spec?: any }
 
 /** client_credentials with the projected service-account token as the only credential. */
@@ -48,12 +60,7 @@ async function validate (t: Test, object: K8sObject): Promise<void> {
   t.doesNotThrow(() => new Model!(object).validate(), `${object.kind} ${object.metadata.name} is valid`)
 }
 
-t.test('rendered with Helm, every object satisfies the Kubernetes schemas and the Prometheus operator\'s', async (t) => {
-  if (helmMissing !== undefined) {
-    if (process.env.CI === 'true') t.fail(helmMissing)
-    else t.plan(0, helmMissing)
-    return
-  }
+helmTest('rendered with Helm, every object satisfies the Kubernetes schemas and the Prometheus operator\'s', async (t) => {
   const variants = [
     [],
     ['sidecar.native=false', 'credentials.existingSecret=creds'],
@@ -80,12 +87,7 @@ t.test('rendered with Helm, every object satisfies the Kubernetes schemas and th
   t.throws(() => new PrometheusRule(rule as never).validate(), 'and so is a PrometheusRule whose `for` is not a duration string')
 })
 
-t.test('client_credentials with a projected service-account token: nothing secret anywhere, no Secret made or mounted', async (t) => {
-  if (helmMissing !== undefined) {
-    if (process.env.CI === 'true') t.fail(helmMissing)
-    else t.plan(0, helmMissing)
-    return
-  }
+helmTest('client_credentials with a projected service-account token: nothing secret anywhere, no Secret made or mounted', async (t) => {
   const objects = render([...PROJECTED, 'serviceAccountName=legacy-app'])
   t.same(objects.filter((o) => o.kind === 'Secret'), [], 'no Secret')
   const pod = objects.find((o) => o.kind === 'Deployment')!.spec.template.spec
@@ -117,12 +119,7 @@ const ROUTES = JSON.stringify([
   { name: 'reports', baseUrl: 'https://reports.example.com', port: 8081, exchange: { audience: 'reports-api', scope: 'reports' } }
 ])
 
-t.test('routes: each a ROUTE_<NAME>_* set the sidecar reads back as configured, its Secret mounted, its URL given to the app', async (t) => {
-  if (helmMissing !== undefined) {
-    if (process.env.CI === 'true') t.fail(helmMissing)
-    else t.plan(0, helmMissing)
-    return
-  }
+helmTest('routes: each a ROUTE_<NAME>_* set the sidecar reads back as configured, its Secret mounted, its URL given to the app', async (t) => {
   const text = execFileSync(helm, ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, '--set-json', `routes=${ROUTES}`], { encoding: 'utf8' })
   const objects = parseManifests(text)
   for (const object of objects) await validate(t, object)
@@ -165,12 +162,7 @@ t.test('routes: each a ROUTE_<NAME>_* set the sidecar reads back as configured, 
   t.not(bad.status, 0, 'a route with neither path nor port is refused')
 })
 
-t.test('a client certificate from a Secret or a CSI volume: mounted whole, named both ways, no Secret made for it', async (t) => {
-  if (helmMissing !== undefined) {
-    if (process.env.CI === 'true') t.fail(helmMissing)
-    else t.plan(0, helmMissing)
-    return
-  }
+helmTest('a client certificate from a Secret or a CSI volume: mounted whole, named both ways, no Secret made for it', async (t) => {
   const csi = JSON.stringify({ driver: 'csi.cert-manager.io', readOnly: true, volumeAttributes: { 'csi.cert-manager.io/issuer-name': 'workload-ca', 'csi.cert-manager.io/fs-group': '65532' } })
   for (const [how, set] of [['a Secret', ['--set', 'tls.existingSecret=client-cert']], ['a CSI volume', ['--set-json', `tls.csi=${csi}`]]] as const) {
     const text = execFileSync(helm, ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, ...set, '--set', 'tls.auth=true'], { encoding: 'utf8' })
@@ -196,12 +188,7 @@ t.test('a client certificate from a Secret or a CSI volume: mounted whole, named
   t.not(both.status, 0, 'a Secret and a CSI volume at once are refused')
 })
 
-t.test('the README\'s snippet for adding the sidecar to another chart renders a valid pod, with this chart as a dependency', async (t) => {
-  if (helmMissing !== undefined) {
-    if (process.env.CI === 'true') t.fail(helmMissing)
-    else t.plan(0, helmMissing)
-    return
-  }
+helmTest('the README\'s snippet for adding the sidecar to another chart renders a valid pod, with this chart as a dependency', async (t) => {
   const readme = readFileSync(`${chart}/README.md`, 'utf8')
   const snippet = /## Adding the sidecar to your own chart[\s\S]*?```yaml\n([\s\S]*?)```/.exec(readme)?.[1]
   t.ok(snippet, 'the README has the snippet')
@@ -226,12 +213,7 @@ t.test('the README\'s snippet for adding the sidecar to another chart renders a 
   t.same(pod.volumes, [{ name: 'auth-sidecar-credentials', secret: { secretName: 'my-credentials', defaultMode: 0o440 } }])
 })
 
-t.test('helm lint passes with the CI values; the defaults alone are refused by the schema', async (t) => {
-  if (helmMissing !== undefined) {
-    if (process.env.CI === 'true') t.fail(helmMissing)
-    else t.plan(0, helmMissing)
-    return
-  }
+helmTest('helm lint passes with the CI values; the defaults alone are refused by the schema', async (t) => {
   const lint = spawnSync(helm, ['lint', chart, '-f', `${chart}/ci/test-values.yaml`], { encoding: 'utf8' })
   t.equal(lint.status, 0, lint.stdout + lint.stderr)
   const bare = spawnSync(helm, ['template', 't', chart], { encoding: 'utf8' })
