@@ -40,6 +40,8 @@ export class TokenServer {
   clientCredentialsRefresh: boolean
   readonly publicUrl: string | undefined
   readonly faults: Fault[] = []
+  /** a fault for every token request whose form it names (after the queued `faults`) */
+  faultFor: ((form: Record<string, string>) => Fault | undefined) | undefined
   accessTokenSeconds: number
   refreshTokenSeconds: number
   sessionMaxSeconds: number
@@ -224,7 +226,7 @@ export class TokenServer {
     readForm(req, (params) => {
       const form = Object.fromEntries(params)
       const authorization = req.headers.authorization
-      const fault = this.faults.shift()
+      const fault = this.faults.shift() ?? this.faultFor?.(form)
       const presented = presentedCertificate(req)
       const record = (status: number, jkt?: string): void => {
         this.grants.push({
@@ -407,14 +409,16 @@ export class TokenServer {
       preferred_username: session.user,
       ...((jkt !== undefined || x5t !== undefined) && { cnf: { ...(jkt !== undefined && { jkt }), ...(x5t !== undefined && { 'x5t#S256': x5t }) } })
     }
-    const head = Buffer.from(JSON.stringify({ alg: 'RS256', typ: 'JWT', kid: this.#key.kid })).toString('base64url')
-    const payload = Buffer.from(JSON.stringify(claims)).toString('base64url')
-    const sig = createSign('RSA-SHA256').update(`${head}.${payload}`).sign(this.#key.privateKey, 'base64url')
+    const accessToken = this.#sign(claims)
+    // with the openid scope, Keycloak adds an ID token, issued by the public hostname like every token
+    const idToken = (scope ?? '').split(' ').includes('openid')
+      ? { id_token: this.#sign({ exp: claims.exp, iat: now, jti: randomUUID(), iss: this.issuer, aud: session.client, sub: session.user, typ: 'ID', azp: session.client, sid: session.id }) }
+      : {}
     if (!withRefresh) {
       // Keycloak's client_credentials answer: no refresh token, no session
       return {
         status: 200,
-        body: { access_token: `${head}.${payload}.${sig}`, expires_in: this.accessTokenSeconds, refresh_expires_in: 0, token_type: jkt === undefined ? 'Bearer' : 'DPoP', 'not-before-policy': 0, scope: scope ?? 'profile email' }
+        body: { access_token: accessToken, expires_in: this.accessTokenSeconds, refresh_expires_in: 0, token_type: jkt === undefined ? 'Bearer' : 'DPoP', ...idToken, 'not-before-policy': 0, scope: scope ?? 'profile email' }
       }
     }
     const refreshToken = randomBytes(24).toString('base64url')
@@ -432,16 +436,24 @@ export class TokenServer {
     return {
       status: 200,
       body: {
-        access_token: `${head}.${payload}.${sig}`,
+        access_token: accessToken,
         expires_in: this.accessTokenSeconds,
         refresh_expires_in: refreshSeconds,
         refresh_token: refreshToken,
         token_type: jkt === undefined ? 'Bearer' : 'DPoP',
+        ...idToken,
         'not-before-policy': 0,
         session_state: session.id,
         scope: scope ?? 'profile email'
       }
     }
+  }
+
+  /** A JWT signed with the realm's key (RS256), as Keycloak issues them. */
+  #sign (claims: object): string {
+    const head = Buffer.from(JSON.stringify({ alg: 'RS256', typ: 'JWT', kid: this.#key.kid })).toString('base64url')
+    const payload = Buffer.from(JSON.stringify(claims)).toString('base64url')
+    return `${head}.${payload}.${createSign('RSA-SHA256').update(`${head}.${payload}`).sign(this.#key.privateKey, 'base64url')}`
   }
 }
 

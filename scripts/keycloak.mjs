@@ -5,11 +5,15 @@
 //   node scripts/keycloak.mjs serve <dir>    start both, write <dir>/state.json, stop when told or
 //                                            when the process that started it is gone (tap's before)
 //
-// Two servers run, one per path layout: Keycloak 17+ serves at the root,
-// earlier versions (and `--http-relative-path=/auth`) under /auth; the root
-// one also serves HTTPS with client certificates (mutual TLS). Each has
-// an in-memory database, so every test run starts from nothing; tests create
-// their own realms through the admin API from the files in test/keycloak/.
+// Three servers run. Two are one per path layout: Keycloak 17+ serves at
+// the root, earlier versions (and `--http-relative-path=/auth`) under /auth;
+// the root one also serves HTTPS with client certificates (mutual TLS). The
+// third is the topology of most clusters: reached at a loopback address
+// while its hostname, and so every issuer it names, is a public one the
+// tests never dial (PUBLIC_HOSTNAME), its backchannel endpoints dynamic.
+// Each has an in-memory database, so every test run starts from nothing;
+// tests create their own realms through the admin API from the files in
+// test/keycloak/.
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync, openSync } from 'node:fs'
 import { createServer } from 'node:net'
@@ -20,6 +24,10 @@ import { TestCa } from './test-ca.mjs'
 export const KEYCLOAK_VERSION = '26.7.3'
 export const ADMIN = { username: 'admin', password: 'admin-password-for-tests' }
 export const LAYOUTS = { root: '/', auth: '/auth' }
+/** The servers a test run starts: each layout's, and one with a public hostname (built as the root layout). */
+export const SERVERS = { root: 'root', auth: 'auth', hostname: 'root' }
+/** The hostname server's public URL: a name under .test, which never resolves. */
+export const PUBLIC_HOSTNAME = 'https://sso.auth-sidecar.test'
 /** Build options: a server built with others is rebuilt. */
 const BUILD_OPTIONS = ['--db=dev-mem', '--cache=local', '--health-enabled=true', '--features=dpop,client-auth-federated,kubernetes-service-accounts']
 
@@ -106,14 +114,18 @@ function httpsOptions (dir, port) {
   }
 }
 
-/** Starts one layout, its process in `children` at once; resolves once /health/ready answers. */
-async function startLayout (layout, dir, children) {
+/** Starts one server, its process in `children` at once; resolves once /health/ready answers. */
+async function startServer (server, dir, children) {
+  const layout = SERVERS[server]
   const home = buildLayout(layout)
   const [port, management] = [await freePort(), await freePort()]
-  const https = layout === 'root' ? httpsOptions(dir, await freePort()) : { args: [], info: {} }
-  const log = openSync(join(dir, `keycloak-${layout}.log`), 'w')
+  const https = server === 'root' ? httpsOptions(dir, await freePort()) : { args: [], info: {} }
+  const hostname = server === 'hostname'
+    ? { args: [`--hostname=${PUBLIC_HOSTNAME}`, '--hostname-backchannel-dynamic=true'], info: { publicUrl: PUBLIC_HOSTNAME } }
+    : { args: ['--hostname-strict=false'], info: {} }
+  const log = openSync(join(dir, `keycloak-${server}.log`), 'w')
   const child = spawn(join(home, 'bin', 'kc.sh'), [
-    'start', '--optimized', '--http-enabled=true', '--hostname-strict=false',
+    'start', '--optimized', '--http-enabled=true', ...hostname.args,
     '--http-host=127.0.0.1', `--http-port=${port}`, `--http-management-port=${management}`, '--log-level=warn',
     ...https.args
   ], {
@@ -121,6 +133,8 @@ async function startLayout (layout, dir, children) {
       ...process.env,
       JAVA_HOME: javaHome(),
       JAVA_OPTS_KC_HEAP: '-Xms64m -Xmx768m',
+      // two servers run from the root layout's home: each keeps its transaction log apart
+      JAVA_OPTS_APPEND: `-Dquarkus.transaction-manager.object-store.directory=${join(dir, `transactions-${server}`)}`,
       KC_BOOTSTRAP_ADMIN_USERNAME: ADMIN.username,
       KC_BOOTSTRAP_ADMIN_PASSWORD: ADMIN.password
     },
@@ -130,11 +144,11 @@ async function startLayout (layout, dir, children) {
   children.push(child)
   const prefix = LAYOUTS[layout] === '/' ? '' : LAYOUTS[layout]
   await untilReady(`http://127.0.0.1:${management}${prefix}/health/ready`, child, 180_000)
-  return { child, info: { layout, url: `http://127.0.0.1:${port}${prefix}`, pid: child.pid, ...https.info } }
+  return { child, info: { server, layout, url: `http://127.0.0.1:${port}${prefix}`, pid: child.pid, ...https.info, ...hostname.info } }
 }
 
 /**
- * Serves a test run: both layouts, then `state.json` in `dir` with their
+ * Serves a test run: every server, then `state.json` in `dir` with their
  * URLs (or the reason they could not start). Ends, taking Keycloak with it
  * (each server is the leader of its own process group), on SIGTERM or once
  * the process `watch` is gone, whether the servers are ready or not.
@@ -155,8 +169,8 @@ async function serve (dir, watch) {
   }
   write({ status: 'starting', version: KEYCLOAK_VERSION })
   try {
-    const started = await Promise.all(Object.keys(LAYOUTS).map(async (layout) => await startLayout(layout, dir, children)))
-    write({ status: 'ready', version: KEYCLOAK_VERSION, java: javaHome(), admin: ADMIN, servers: Object.fromEntries(started.map((s) => [s.info.layout, s.info])) })
+    const started = await Promise.all(Object.keys(SERVERS).map(async (server) => await startServer(server, dir, children)))
+    write({ status: 'ready', version: KEYCLOAK_VERSION, java: javaHome(), admin: ADMIN, servers: Object.fromEntries(started.map((s) => [s.info.server, s.info])) })
   } catch (err) {
     write({ status: 'failed', version: KEYCLOAK_VERSION, reason: err.message })
     for (const c of children) { try { process.kill(-c.pid, 'SIGKILL') } catch {} }

@@ -92,18 +92,14 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
 
   // The TLS files, read once each; a certificate used both ways is one object.
   const tls = new TlsFileSets(logger.child({ component: 'tls' }))
-  // The auth server's connections, one set per set of TLS files.
-  const authConnections = new Map<TlsFiles | undefined, { http: AuthHttp, connections: TlsDispatcher }>()
+  // The auth server's connections, a set per credential: one credential's
+  // hanging requests never hold up another's grants.
+  const authConnections: TlsDispatcher[] = []
   const httpFor = (files: TlsFiles | undefined): { http: AuthHttp, refusal: () => string | undefined } => {
     if (deps.http !== undefined) return { http: deps.http, refusal: () => undefined }
-    let made = authConnections.get(files)
-    if (made === undefined) {
-      const connections = new TlsDispatcher((connect, onTlsError) => createDispatcher(config.egress, undefined, { connections: 2, keepAliveTimeout: 4_000 }, connect, onTlsError), files)
-      made = { http: createAuthHttp(connections), connections }
-      authConnections.set(files, made)
-    }
-    const { connections } = made
-    return { http: made.http, refusal: () => connections.refusal() }
+    const connections = new TlsDispatcher((connect, onTlsError) => createDispatcher(config.egress, undefined, { connections: 2, keepAliveTimeout: 4_000 }, connect, onTlsError), files)
+    authConnections.push(connections)
+    return { http: createAuthHttp(connections), refusal: () => connections.refusal() }
   }
   const credentials = new Credentials({ config, httpFor, tls, secrets, clock: deps.clock ?? systemClock, log: logger })
   try {
@@ -197,7 +193,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     await Promise.all(held.map(async ({ config: c, credential }) => {
       if (c.auth.mode === 'oauth2' && c.auth.logoutOnShutdown) await credential.endSession(config.token.timeoutMs)
     }))
-    await Promise.all([...authConnections.values()].map(async ({ connections }) => await connections.destroy()))
+    await Promise.all(authConnections.map(async (connections) => await connections.destroy()))
     await tls.close()
   })
 

@@ -18,7 +18,11 @@ export type HeldCredential = TokenManager | BasicCredential
 /** What the credentials share: the auth server's HTTP clients, the TLS files, the scrubber, time, the log. */
 export interface CredentialDeps {
   config: Config
-  /** the HTTP client of the auth server, presenting and trusting what `tls` says (Node's defaults without), and its last refusal of the certificate */
+  /**
+   * A new HTTP client of the auth server, its connections its own, presenting
+   * and trusting what `tls` says (Node's defaults without), and its last
+   * refusal of the certificate
+   */
   httpFor: (tls: TlsFiles | undefined) => { http: AuthHttp, refusal: () => string | undefined }
   tls: TlsFileSets
   secrets: SecretScrubber
@@ -28,14 +32,16 @@ export interface CredentialDeps {
 
 /**
  * The credentials the routes use, one per distinct configuration (routes
- * that share one hold the same object): each with its secrets' store, and
- * an exchanged credential with its subject's auth server client, so that
- * both use one token endpoint, one client authentication and one DPoP key.
+ * that share one hold the same object): each with its secrets' store and
+ * its own connections to the auth server, so that one credential's hanging
+ * requests never hold up another's. An exchanged credential shares its
+ * subject's client authentication and DPoP key.
  */
 export class Credentials {
   readonly #deps: CredentialDeps
   readonly #held = new Map<CredentialConfig, HeldCredential>()
-  readonly #servers = new Map<CredentialConfig, OAuthClient>()
+  /** what a credential's auth server client is made of, for the exchanges of its token */
+  readonly #clients = new Map<CredentialConfig, () => OAuthClient>()
   /** each oauth2 credential's TLS files for the auth server */
   readonly #tls = new Map<CredentialConfig, TlsFiles | undefined>()
   readonly #stores: CredentialStore[] = []
@@ -75,7 +81,7 @@ export class Credentials {
     if (exchange !== undefined) {
       const subject = await this.of(exchange.subject)
       if (!(subject instanceof TokenManager)) throw new Error(`route ${config.name}: an exchange needs an oauth2 credential to exchange`)
-      const manager = this.#manager(this.#servers.get(exchange.subject)!, log, { subject, audience: exchange.audience, ...(exchange.scope !== undefined && { scope: exchange.scope }) }, clock, secrets, global)
+      const manager = this.#manager(this.#clients.get(exchange.subject)!(), log, { subject, audience: exchange.audience, ...(exchange.scope !== undefined && { scope: exchange.scope }) }, clock, secrets, global)
       // the exchange is made over its subject's connections, with its certificate
       const tls = this.#tls.get(exchange.subject)
       if (tls?.certificate !== undefined) tls.on('change', () => manager.certificateChanged())
@@ -84,35 +90,40 @@ export class Credentials {
     const store = new CredentialStore(config.sources, (message) => log.warn({ event: 'credentials' }, message))
     this.#stores.push(store)
     if (config.auth.mode === 'basic') return await BasicCredential.create(store)
-    const { tokenUrl, issuerUrl, alternateTokenUrl, grantType, clientAuth, clientId, clientKeyAlg, clientKeyId, scope, params, dpop } = config.auth
+    const { tokenUrl, issuerUrl, discoveryUrl, alternateTokenUrl, grantType, clientAuth, clientId, clientKeyAlg, clientKeyId, scope, params, dpop } = config.auth
     const tls = config.auth.tls === undefined ? undefined : await this.#deps.tls.of(config.auth.tls, config.name === 'default' ? 'auth' : `auth (route ${config.name})`, tlsNames(this.#authTlsPrefix(config)))
-    const connections = this.#deps.httpFor(tls)
-    const server = new OAuthClient({
+    const dpopKey = dpop === undefined ? undefined : await DpopKey.generate(dpop)
+    const client = new ClientAuthenticator({
+      clientId,
+      clientAuth,
+      ...(clientKeyAlg !== undefined && { keyAlg: clientKeyAlg }),
+      ...(clientKeyId !== undefined && { keyId: clientKeyId }),
+      onSecret: (value) => secrets.addToken(value)
+    })
+    const made = (): OAuthClient => {
+      const connections = this.#deps.httpFor(tls)
+      return new OAuthClient({
       ...(tokenUrl !== undefined && { tokenUrl }),
       ...(issuerUrl !== undefined && { issuerUrl }),
+      ...(discoveryUrl !== undefined && { discoveryUrl }),
       ...(alternateTokenUrl !== undefined && { alternateTokenUrl }),
       grantType,
       clientId,
-      client: new ClientAuthenticator({
-        clientId,
-        clientAuth,
-        ...(clientKeyAlg !== undefined && { keyAlg: clientKeyAlg }),
-        ...(clientKeyId !== undefined && { keyId: clientKeyId }),
-        onSecret: (value) => secrets.addToken(value)
-      }),
+      client,
       extras: { params, ...(scope !== undefined && { scope }) },
       credentials: store,
       http: connections.http,
       tls: { unusable: () => tls?.unusable(), presents: tls?.certificate !== undefined, refusal: connections.refusal },
       timeoutMs: global.token.timeoutMs,
-      ...(dpop !== undefined && { dpop: await DpopKey.generate(dpop) }),
+      ...(dpopKey !== undefined && { dpop: dpopKey }),
       clock,
       log,
       secrets
-    })
-    this.#servers.set(config, server)
+      })
+    }
+    this.#clients.set(config, made)
     this.#tls.set(config, tls)
-    const manager = this.#manager(server, log, undefined, clock, secrets, global, store)
+    const manager = this.#manager(made(), log, undefined, clock, secrets, global, store)
     if (tls?.certificate !== undefined) tls.on('change', () => manager.certificateChanged())
     return manager
   }

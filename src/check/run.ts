@@ -4,11 +4,11 @@ import { Writable } from 'node:stream'
 import { buildApp, type App } from '../app.js'
 import { ConfigError, loadConfig, type Config, type CredentialConfig } from '../config/load.js'
 import type { HeldCredential } from '../credentials.js'
+import { wellKnownUrl } from '../config/auth.js'
 import { errorBody, ERRORS, type ErrorCode } from '../errors.js'
 import { createLogger } from '../logger.js'
 import type { UpstreamError } from '../proxy/context.js'
 import { dpopRefusalOf, hasDpopChallenge } from '../token/challenge.js'
-import { wellKnownUrl } from '../token/discovery.js'
 import type { TokenManager } from '../token/manager.js'
 import { advice, binding, certificateBinding, claims, describeCertificate, describeConfig, lifetimes, printable } from './describe.js'
 
@@ -143,7 +143,9 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
           ...(endpoints?.revocationUrl === undefined ? [] : [`revocation endpoint ${endpoints.revocationUrl}`]),
           ...(endpoints?.ignored ?? [])
         ]
-        say('ok', of('discovery', c.name), `${wellKnownUrl(c.auth.issuerUrl)}: ${found.join(', ')}`)
+                // fetched from another address than the issuer's: the issuer it names is said too
+        const issuer = c.auth.discoveryUrl === wellKnownUrl(c.auth.issuerUrl) ? '' : `issuer ${endpoints?.issuer ?? ''}, `
+        say('ok', of('discovery', c.name), `${c.auth.discoveryUrl ?? ''}: ${issuer}${found.join(', ')}`)
       } catch (err) {
         say('FAIL', of('discovery', c.name), `${(err as Error).message}${advice(err, config, 'auth')}`)
         failed(CHECK_EXIT.discovery)

@@ -47,6 +47,8 @@ export function parseAuth (raw: Raw, data: Record<string, unknown>, cwd: string,
     let tokenUrl = parseHttpUrl('AUTH_TOKEN_URL', str('AUTH_TOKEN_URL'), problems, false)?.href
     let alternateTokenUrl: string | undefined
     const issuerUrl = parseHttpUrl('AUTH_ISSUER_URL', str('AUTH_ISSUER_URL'), problems, false)?.href
+    const givenDiscoveryUrl = parseHttpUrl('AUTH_DISCOVERY_URL', str('AUTH_DISCOVERY_URL'), problems, false)
+    const discoveryUrl = discoveryUrlOf(issuerUrl, givenDiscoveryUrl, str('AUTH_ISSUER_URL') !== undefined, problems)
     if (issuerUrl !== undefined && str('AUTH_URL') !== undefined) {
       warnings.push(`AUTH_URL is not used when AUTH_ISSUER_URL is set: the token endpoint comes from ${str('AUTH_TOKEN_URL') === undefined ? 'discovery' : 'AUTH_TOKEN_URL'}`)
     }
@@ -67,7 +69,8 @@ export function parseAuth (raw: Raw, data: Record<string, unknown>, cwd: string,
     }
     const tls = tlsPaths({ cert: str('AUTH_TLS_CERT_FILE'), key: str('AUTH_TLS_KEY_FILE'), ca: str('AUTH_TLS_CA_FILE'), names: tlsNames('AUTH_TLS') }, cwd, problems)
     // a client certificate goes only over TLS: over http it would silently not be presented
-    const plain = [tokenUrl, issuerUrl].find((u) => u?.startsWith('http:'))
+    // the address dialled decides: the discovery document's, when given apart from the issuer
+    const plain = [tokenUrl, givenDiscoveryUrl?.href ?? issuerUrl].find((u) => u?.startsWith('http:'))
     if (plain !== undefined && client.clientAuth === 'tls_client_auth') {
       problems.push(`AUTH_CLIENT_AUTH=tls_client_auth needs an https auth server: ${plain} is http, where no client certificate is presented`)
     } else if (plain !== undefined && tls?.certFile !== undefined) {
@@ -80,6 +83,7 @@ export function parseAuth (raw: Raw, data: Record<string, unknown>, cwd: string,
       mode: 'oauth2',
       ...(tokenUrl !== undefined && { tokenUrl }),
       ...(issuerUrl !== undefined && { issuerUrl }),
+      ...(discoveryUrl !== undefined && { discoveryUrl }),
       ...(alternateTokenUrl !== undefined && { alternateTokenUrl }),
       grantType,
       clientAuth: client.clientAuth,
@@ -94,6 +98,7 @@ export function parseAuth (raw: Raw, data: Record<string, unknown>, cwd: string,
     }
   } else {
     if (raw.AUTH_DPOP === true) warnings.push('AUTH_DPOP is not used in basic mode: there is no token to bind')
+    if (raw.AUTH_DISCOVERY_URL !== undefined) warnings.push('AUTH_DISCOVERY_URL is not used in basic mode: there is no auth server')
     for (const name of ['AUTH_TLS_CERT_FILE', 'AUTH_TLS_KEY_FILE', 'AUTH_TLS_CA_FILE'] as const) {
       if (raw[name] !== undefined) warnings.push(`${name} is not used in basic mode: there is no auth server to present it to`)
     }
@@ -110,4 +115,27 @@ export function parseAuth (raw: Raw, data: Record<string, unknown>, cwd: string,
       ...('clientAssertion' in client && client.clientAssertion !== undefined && { clientAssertion: client.clientAssertion })
     }
   }
+}
+
+/** Where an OpenID Connect discovery document's URL ends; a URL without it is a base it is added to. */
+const WELL_KNOWN = /\/\.well-known\/openid-configuration$/
+
+/**
+ * The URL the discovery document is fetched from: AUTH_DISCOVERY_URL (the
+ * document's own URL, or a base under which it is), else the issuer's.
+ * Undefined without AUTH_ISSUER_URL, which names the issuer the document
+ * must hold wherever it is fetched from.
+ */
+function discoveryUrlOf (issuerUrl: string | undefined, given: URL | undefined, issuerSet: boolean, problems: string[]): string | undefined {
+  if (given !== undefined && !issuerSet) {
+    problems.push('AUTH_DISCOVERY_URL is used only with AUTH_ISSUER_URL, the issuer its document must name (the public one, such as https://sso.example.com/realms/<realm>)')
+    return undefined
+  }
+  if (given !== undefined) return WELL_KNOWN.test(given.pathname) ? given.href : wellKnownUrl(given.href)
+  return issuerUrl === undefined ? undefined : wellKnownUrl(issuerUrl)
+}
+
+/** The OpenID Connect discovery document of an issuer (or of a base URL standing for it). */
+export function wellKnownUrl (issuer: string): string {
+  return `${issuer.replace(/\/+$/, '')}/.well-known/openid-configuration`
 }

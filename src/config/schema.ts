@@ -65,6 +65,7 @@ export const properties = {
   AUTH_REALM: text('realm segment of the token path', { default: DEFAULT_AUTH_REALM }),
   AUTH_TOKEN_URL: text('full token endpoint URL; overrides {AUTH_URL}/auth/realms/{AUTH_REALM}/protocol/openid-connect/token and discovery'),
   AUTH_ISSUER_URL: text('the realm\'s issuer (https://host/realms/<realm>): the token and end-session endpoints come from its /.well-known/openid-configuration'),
+  AUTH_DISCOVERY_URL: text('where the discovery document is fetched when the auth server is reached by another address than its issuer (a Kubernetes Service: http://keycloak.auth:8080/realms/<realm>, or the document\'s full URL); AUTH_ISSUER_URL is then the issuer the document must name, and endpoints under it are reached at this address'),
   AUTH_GRANT_TYPE: text('client_credentials (the client\'s own service account: a client secret, key or assertion, no user) or password (an existing service user, AUTH_USERNAME and AUTH_PASSWORD)', { enum: ['password', 'client_credentials'], default: DEFAULT_AUTH_GRANT_TYPE }),
   AUTH_CLIENT_ID: text('OAuth client id; required in oauth2 mode'),
   AUTH_CLIENT_SECRET: text('client secret, for confidential clients; required by client_credentials unless the client signs its assertion (AUTH_CLIENT_AUTH=private_key_jwt or federated_jwt)', { secret: true }),

@@ -30,8 +30,10 @@ export interface OAuth2Settings {
   mode: 'oauth2'
   /** undefined: it comes from discovery (issuerUrl) */
   tokenUrl?: string
-  /** AUTH_ISSUER_URL: discovery of the token, end-session and revocation endpoints */
+  /** AUTH_ISSUER_URL: discovery of the token, end-session and revocation endpoints; the issuer the document must name */
   issuerUrl?: string
+  /** with issuerUrl: the URL the discovery document is fetched from (AUTH_DISCOVERY_URL's, else the issuer's well-known URL) */
+  discoveryUrl?: string
   /**
    * The same realm's token URL in Keycloak's other layout (with or without
    * `/auth`), tried once should `tokenUrl` not be a token endpoint; only when

@@ -31,6 +31,7 @@ export class BasicCredential implements Credential {
   authorize (): Promise<Authorization> { return Promise.resolve(this.#authorization) }
   /** A 401 is the upstream's verdict on fixed credentials: nothing to renew. */
   answered (): Verdict { return 'relay' }
+  boundTo (): undefined { return undefined }
   ready (): boolean { return true }
   notReadyReason (): undefined { return undefined }
   expiresInSeconds (): number { return 0 }

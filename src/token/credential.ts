@@ -58,6 +58,14 @@ export interface RequestCredential {
    * per token, and 401-driven renewals back off.
    */
   answered(authorization: Authorization, status: number, challenge: HeaderValue, nonce: HeaderValue): Verdict
+  /**
+   * A valid authorization whose token is bound to the client certificate
+   * `certificate` (its thumbprint): the current one, or the one it replaced
+   * while that is still valid. An upstream whose certificate files are
+   * renewed after the auth server's keeps getting the token that matches
+   * what it presents.
+   */
+  boundTo(certificate: string): Authorization | undefined
 }
 
 /** What happens to a credential, for whoever counts it (the metrics). */

@@ -1,25 +1,26 @@
 import type { Logger } from '../logger.js'
-import { wellKnownUrl } from './discovery.js'
 import { isCredentialRejection, type GrantError, type GrantType } from './grant.js'
 
 /** What the last failed attempt ran into, as readiness tells it. */
 export type FailureClass = 'credentials' | 'rejected' | 'wrong_url' | 'unusable' | 'credential' | 'transient' | 'discovery'
 
 export function classify (step: GrantType | 'discovery', e: GrantError): FailureClass {
+  // nothing was sent, discovery or grant: the sidecar's own credential is the reason
+  if (e.kind === 'credential') return 'credential'
   if (step === 'discovery') return 'discovery'
   if (e.kind === 'rejected') return isCredentialRejection(e) ? 'credentials' : 'rejected'
   return e.kind
 }
 
 /** Why the sidecar is not ready, in a few words an operator can act on. */
-export function notReadyText (failure: FailureClass | undefined, endpoints: { tokenUrl: string | undefined, issuerUrl: string | undefined }): string {
+export function notReadyText (failure: FailureClass | undefined, endpoints: { tokenUrl: string | undefined, discoveryUrl: string | undefined }, message = ''): string {
   switch (failure) {
     case 'credentials': return 'credentials rejected by the auth server (see the log for its reason)'
     case 'rejected': return 'token request refused by the auth server (see the log for its reason)'
     case 'wrong_url': return `wrong token URL: ${endpoints.tokenUrl ?? ''} is not a token endpoint (set AUTH_URL and AUTH_REALM, AUTH_ISSUER_URL, or AUTH_TOKEN_URL)`
     case 'unusable': return 'the token endpoint answered without a usable token (see the log); retrying'
-    case 'credential': return 'the client credential cannot be used (see the log); retrying when its file changes'
-    case 'discovery': return `OpenID Connect discovery at ${wellKnownUrl(endpoints.issuerUrl ?? '')} failed (see the log); retrying`
+    case 'credential': return `the client credential cannot be used (${message}); retrying when its file changes`
+    case 'discovery': return `OpenID Connect discovery at ${endpoints.discoveryUrl ?? ''} failed (see the log); retrying`
     case 'transient': return 'token endpoint unreachable or failing; retrying'
     default: return 'no valid access token'
   }

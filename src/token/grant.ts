@@ -11,6 +11,8 @@ export type GrantType = PrimaryGrant | 'refresh_token' | 'token_exchange'
 /** RFC 8693's grant type, and its type of token, as they go in a form. */
 export const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange'
 export const ACCESS_TOKEN_TYPE = 'urn:ietf:params:oauth:token-type:access_token'
+/** The token types an exchange may issue for the sidecar to send as its access token: an access token, or a JWT usable as one. */
+export const USABLE_ISSUED_TYPES: ReadonlySet<string> = new Set([ACCESS_TOKEN_TYPE, 'urn:ietf:params:oauth:token-type:jwt'])
 
 export interface TokenSet {
   accessToken: string
@@ -22,6 +24,8 @@ export interface TokenSet {
   refreshExpiresInMs?: number
   /** the thumbprint of the client certificate the grant was made with: a bound token works only with it */
   certificate?: string
+  /** a token exchange's `issued_token_type` (RFC 8693 §2.2.1), as the server named it */
+  issuedTokenType?: string
 }
 
 /**
@@ -111,6 +115,12 @@ export const MAX_LIFETIME_MS = 365 * 86_400_000
 
 // RFC 6750 b64token: what may follow "Bearer " in a header, nothing else.
 const B64TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/
+/**
+ * The largest access token taken: an Authorization header beyond it is
+ * refused by the servers behind most upstreams (Node's 16 KiB of headers,
+ * nginx's and Tomcat's 8 KiB a line), so every request would fail.
+ */
+export const MAX_ACCESS_TOKEN_BYTES = 16 * 1024
 /** Longest error_description quoted in a log line, after the known secrets are replaced. */
 export const MAX_DESCRIPTION = 200
 
@@ -141,6 +151,7 @@ export async function checkTokenAnswer (answer: Answer, validate: () => Promise<
 
   const accessToken = fields.access_token
   if (typeof accessToken !== 'string' || accessToken === '') throw invalid('access_token is missing or not a string')
+  if (accessToken.length > MAX_ACCESS_TOKEN_BYTES) throw invalid(`access_token is ${accessToken.length} bytes, more than the ${MAX_ACCESS_TOKEN_BYTES} an upstream takes in a header`)
   if (!B64TOKEN.test(accessToken)) throw invalid('access_token contains characters not allowed in a bearer token')
   const expiresIn = seconds(fields.expires_in)
   if (expiresIn === undefined) throw invalid('expires_in is missing or not a number')
@@ -155,6 +166,7 @@ export async function checkTokenAnswer (answer: Answer, validate: () => Promise<
   }
 
   const set: TokenSet = { accessToken, tokenType: String(fields.token_type), expiresInMs: Math.min(expiresIn * 1000, MAX_LIFETIME_MS) }
+  if (typeof fields.issued_token_type === 'string') set.issuedTokenType = fields.issued_token_type
   if (typeof refreshToken === 'string' && refreshToken !== '') {
     set.refreshToken = refreshToken
     if (refreshExpiresIn > 0) set.refreshExpiresInMs = Math.min(refreshExpiresIn * 1000, MAX_LIFETIME_MS)

@@ -64,6 +64,8 @@ export class TokenManager implements Credential {
   readonly #random: () => number
   readonly #waiters: Waiters<Authorization>
   #token: HeldToken | undefined
+  /** the token #token replaced, kept while valid when it is bound to another client certificate */
+  #previous: HeldToken | undefined
   #refresh: HeldRefresh | undefined
   #inflight: Promise<void> | undefined
   /** why the renewal in flight was started */
@@ -86,6 +88,14 @@ export class TokenManager implements Credential {
   #upstreamNonce: string | undefined
   /** an exchanged token waits for its subject's next token, the certificate having changed */
   #awaitingSubject = false
+  /** exchange: the subject tokens the exchange refused, newest last; none is sent again */
+  readonly #refusedSubjects = new Set<string>()
+  /** exchange: refusals of the subject token since the last exchange that worked */
+  #subjectRefusedInARow = 0
+  /** exchange: the last attempt is retried as soon as the subject holds a new token */
+  #waitingOnSubject = false
+  /** the refused token of this credential's whose renewal an exchange asked for: asked once per token */
+  #renewalAskedFor: string | undefined
 
   constructor (options: TokenManagerOptions) {
     this.#o = options
@@ -102,6 +112,12 @@ export class TokenManager implements Credential {
         this.#o.log.info({ event: 'token' }, 'credential file changed: retrying the grant now')
         this.#renewNow()
       }
+    })
+    this.#o.exchange?.subject.events.on('token', () => {
+      if (!this.#waitingOnSubject || this.#stopped) return
+      this.#waitingOnSubject = false
+      this.#o.log.info({ event: 'token', grant: 'token_exchange' }, 'the token to exchange was renewed: exchanging it now')
+      this.#renewNow()
     })
     // a token already held (`check`'s) is kept and renewed on its schedule
     if (this.#token === undefined) this.#renewNow()
@@ -123,8 +139,16 @@ export class TokenManager implements Credential {
     return this.current() !== undefined
   }
 
+  boundTo (certificate: string): Authorization | undefined {
+    const now = this.#clock.now()
+    for (const t of [this.#token, this.#previous]) {
+      if (t !== undefined && t.authorization.certificate === certificate && now < t.usableUntil) return t.authorization
+    }
+    return undefined
+  }
+
   notReadyReason (): string | undefined {
-    return this.ready() ? undefined : notReadyText(this.#lastFailureKind, { tokenUrl: this.#server.tokenUrl, issuerUrl: this.#server.issuerUrl })
+    return this.ready() ? undefined : notReadyText(this.#lastFailureKind, { tokenUrl: this.#server.tokenUrl, discoveryUrl: this.#server.discoveryUrl }, this.#secrets.scrub(this.#lastFailure))
   }
 
   expiresInSeconds (): number {
@@ -257,17 +281,40 @@ export class TokenManager implements Credential {
     const exchange = this.#o.exchange
     if (exchange === undefined) return await this.#counted(this.#server.grantType, this.#server.primaryGrant())
     const { subject, audience, scope } = exchange
-    const token = await subject.accessToken()
+    const refused = this.#refusedSubjects
+    const token = await this.#subjectToken()
     try {
-      return await this.#counted('token_exchange', this.#server.exchange(token, audience, scope))
+      const set = await this.#counted('token_exchange', this.#server.exchange(token, audience, scope))
+      this.#subjectRefusedInARow = 0
+      return set
     } catch (err) {
-      // The subject token refused (expired, revoked, its session ended):
-      // a new one, once, and the refused one is never sent again.
+      // The subject token refused (expired, revoked, its session ended): it
+      // is never sent again. The first time, the subject is renewed and the
+      // exchange tried once more; a refusal again is paced, as rejected
+      // credentials are.
       if (!(err instanceof GrantError && refusesSubject(err)) || this.#stopped) throw err
+      refused.add(token)
+      if (refused.size > MAX_REFUSED_SUBJECTS) refused.delete(refused.values().next().value!)
+      if (this.#subjectRefusedInARow++ > 0) throw err
       this.#o.log.info({ event: 'token', grant: 'token_exchange', outcome: 'rejected', reason: this.#secrets.scrub(err.message) }, 'the subject token was refused: renewing it, then exchanging again')
-      const renewed = await subject.renewRefused(token)
-      if (renewed === token) throw err
+      const renewed = await subject.accessTokenOtherThan(refused).catch(() => undefined)
+      if (renewed === undefined) {
+        this.#waitingOnSubject = true
+        throw err
+      }
       return await this.#counted('token_exchange', this.#server.exchange(renewed, audience, scope))
+    }
+  }
+
+  /** The subject's token to exchange: never one an exchange refused. */
+  async #subjectToken (): Promise<string> {
+    try {
+      return await this.#o.exchange!.subject.accessTokenOtherThan(this.#refusedSubjects)
+    } catch (err) {
+      if (err instanceof TokenUnavailableError) throw new GrantError('no token to exchange: its credential holds none yet', 'transient')
+      // its only token was refused, and no new one has come yet: the exchange is tried when it comes
+      this.#waitingOnSubject = true
+      throw err
     }
   }
 
@@ -283,27 +330,36 @@ export class TokenManager implements Credential {
     }
   }
 
-  /** The current access token itself, for an exchange: waits (bounded) as authorize() does. */
-  async accessToken (): Promise<string> {
-    await this.authorize()
-    return this.#token!.accessToken
-  }
-
   /**
-   * An exchange was refused this token (the subject's): it is dropped and
-   * a new one obtained, unless it was replaced already; resolves with the
-   * token then current (the same one when none could be had).
+   * The current access token itself, for an exchange, unless an exchange
+   * refused it: then a renewal is asked for, once per refused token, while
+   * it is still used for everything else (a valid token is kept until its
+   * replacement is held), and the new token is awaited for TOKEN_WAIT_MS at
+   * most. Rejects with TokenUnavailableError while no token is held, and
+   * with a GrantError when no other token came in time.
    */
-  async renewRefused (token: string): Promise<string> {
-    if (this.#token?.accessToken === token) {
-      this.#token = undefined
-      this.#renewNow()
+  async accessTokenOtherThan (refused: ReadonlySet<string>): Promise<string> {
+    await this.authorize()
+    const held = this.#token!.accessToken
+    if (!refused.has(held)) return held
+    if (this.#renewalAskedFor !== held) {
+      this.#renewalAskedFor = held
+      this.#o.log.info({ event: 'token', reason: 'exchange_refused' }, 'an exchange refused the access token: renewing it, the current one still used meanwhile')
+      this.#renewAfter()
     }
-    try {
-      return await this.accessToken()
-    } catch {
-      return token
-    }
+    const next = await new Promise<string | undefined>((resolve) => {
+      const timer = this.#clock.setTimeout(() => {
+        this.events.off('token', got)
+        resolve(undefined)
+      }, this.#o.waitMs)
+      const got = (): void => {
+        this.#clock.clearTimeout(timer)
+        resolve(this.#token?.accessToken)
+      }
+      this.events.once('token', got)
+    })
+    if (next === undefined || refused.has(next)) throw new GrantError('the token to exchange was refused, and no new one came in time: exchanging once it comes', 'rejected')
+    return next
   }
 
   /** The client's key as its assertions name it (private_key_jwt), for `check`. */
@@ -380,6 +436,8 @@ export class TokenManager implements Credential {
       return
     }
     const now = this.#clock.now()
+    const replaced = this.#token
+    this.#previous = replaced?.authorization.certificate !== undefined && replaced.authorization.certificate !== set.certificate ? replaced : undefined
     this.#token = { authorization: this.#authorizationFor(set.accessToken, set.certificate), accessToken: set.accessToken, receivedAt: now, lifetimeMs: set.expiresInMs, usableUntil: now + usableFor(set.expiresInMs) }
     // an exchanged token is renewed by a new exchange, never refreshed
     this.#refresh = set.refreshToken === undefined || this.#o.exchange !== undefined
@@ -428,7 +486,7 @@ export class TokenManager implements Credential {
     // retried with backoff; so is an answer without a usable token (a
     // glitch, often), its backoff growing to the slow pace, since each such
     // answer may have opened a session.
-    const slow = step !== 'discovery' && (rejected || e.kind === 'wrong_url' || e.kind === 'credential')
+    const slow = e.kind === 'credential' || (step !== 'discovery' && (rejected || e.kind === 'wrong_url'))
     const delay = slow
       ? slowRetryDelay(this.#o.rejectedRetryMs, this.#random())
       : backoffDelay({ minMs: this.#o.retryMinMs, maxMs: e.kind === 'unusable' ? this.#o.rejectedRetryMs : this.#o.retryMaxMs }, this.#failures, this.#random(), e.retryAfterMs)
@@ -472,6 +530,9 @@ export class TokenManager implements Credential {
     wait()
   }
 }
+
+/** Refused subject tokens remembered: a few renewals' worth. */
+const MAX_REFUSED_SUBJECTS = 8
 
 function secondsUntil (ms: number): number {
   return Math.max(1, Math.ceil(ms / 1000))

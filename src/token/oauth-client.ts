@@ -5,17 +5,20 @@ import type { Logger } from '../logger.js'
 import type { SecretScrubber } from '../secrets.js'
 import type { ClientAuthenticator } from './client-auth.js'
 import type { Clock } from './clock.js'
-import { checkDiscovery, wellKnownUrl, type Endpoints } from './discovery.js'
+import { wellKnownUrl } from '../config/auth.js'
+import { checkDiscovery, type Endpoints } from './discovery.js'
 import { dpopNonceOf, htuOf, type DpopKey } from './dpop.js'
-import { ACCESS_TOKEN_TYPE, answerOf, checkTokenAnswer, GrantError, grantFields, oauthErrorOf, TOKEN_EXCHANGE, type Answer, type Fields, type GrantExtras, type TokenSet } from './grant.js'
+import { ACCESS_TOKEN_TYPE, answerOf, checkTokenAnswer, GrantError, grantFields, oauthErrorOf, TOKEN_EXCHANGE, USABLE_ISSUED_TYPES, type Answer, type Fields, type GrantExtras, type TokenSet } from './grant.js'
 import { fetchOver, presentedCertificate, type AuthHttp } from './http.js'
 import { refusesCertificate } from '../tls/certificate.js'
 
 export interface OAuthClientOptions {
   /** undefined: the token endpoint comes from discovery (issuerUrl) */
   tokenUrl?: string
-  /** AUTH_ISSUER_URL: discovery runs before the first grant */
+  /** AUTH_ISSUER_URL: discovery runs before the first grant, and the document must name this issuer */
   issuerUrl?: string
+  /** where the discovery document is fetched (AUTH_DISCOVERY_URL, else the issuer's well-known URL) */
+  discoveryUrl?: string
   /** Keycloak's other layout of the same URL, tried once should tokenUrl not be a token endpoint */
   alternateTokenUrl?: string
   /** the grant that obtains a token from the credentials */
@@ -86,6 +89,11 @@ export class OAuthClient {
     return this.#o.issuerUrl
   }
 
+  /** Where the discovery document is fetched; undefined without an issuer. */
+  get discoveryUrl (): string | undefined {
+    return this.#o.issuerUrl === undefined ? undefined : this.#o.discoveryUrl ?? wellKnownUrl(this.#o.issuerUrl)
+  }
+
   get endpoints (): Endpoints | undefined {
     return this.#endpoints
   }
@@ -117,18 +125,23 @@ export class OAuthClient {
    */
   async discover (): Promise<Endpoints | undefined> {
     const issuer = this.#o.issuerUrl
-    if (issuer === undefined) return undefined
+    const url = this.discoveryUrl
+    if (issuer === undefined || url === undefined) return undefined
     if (this.#endpoints !== undefined) return this.#endpoints
-    this.#o.log.debug({ event: 'discovery', url: wellKnownUrl(issuer) }, 'discovery request')
-    const res = await this.request('discovery', this.#o.timeoutMs, async (signal) => await oauth.discoveryRequest(new URL(issuer), this.#options(issuer, signal)))
+    this.#o.log.debug({ event: 'discovery', url }, 'discovery request')
+    // fetched from the URL as configured (AUTH_DISCOVERY_URL may be any
+    // address), not one derived from the issuer as oauth4webapi's
+    // discoveryRequest would; processDiscoveryResponse checks the document
+    const res = await this.request('discovery', this.#o.timeoutMs, async (signal) => await this.#fetch(url, { method: 'GET', headers: { accept: 'application/json' }, signal }))
     const shorten = this.#shorten
-    const endpoints = await checkDiscovery(issuer, await answerOf(res), res, this.#tokenUrl, shorten, this.#o.tls?.presents === true)
+    const endpoints = await checkDiscovery({ issuer, url }, await answerOf(res), res, this.#tokenUrl, shorten, this.#o.tls?.presents === true)
     this.#endpoints = endpoints
     this.#tokenUrl ??= endpoints.tokenUrl
     for (const ignored of endpoints.ignored) this.#o.log.warn({ event: 'discovery' }, shorten(ignored, 500))
     this.#o.log.info({
       event: 'discovery',
       issuer,
+      ...(url !== wellKnownUrl(issuer) && { discoveryUrl: url }),
       tokenUrl: this.#tokenUrl,
       endSessionUrl: endpoints.endSessionUrl ?? null,
       revocationUrl: endpoints.revocationUrl ?? null,
@@ -157,13 +170,19 @@ export class OAuthClient {
    * authentication only (AUTH_SCOPE and AUTH_TOKEN_PARAMS are the grants').
    */
   async exchange (subjectToken: string, audience: string, scope: string | undefined): Promise<TokenSet> {
-    return await this.#send(TOKEN_EXCHANGE, () => [
+    const set = await this.#send(TOKEN_EXCHANGE, () => [
       ['subject_token', subjectToken],
       ['subject_token_type', ACCESS_TOKEN_TYPE],
       ['requested_token_type', ACCESS_TOKEN_TYPE],
       ['audience', audience],
       ...(scope === undefined ? [] : [['scope', scope] as [string, string]])
     ], {})
+    // what was issued is checked (RFC 8693 §2.2.1): a refresh or ID token is never sent as an access token
+    const issued = set.issuedTokenType
+    if (issued !== undefined && !USABLE_ISSUED_TYPES.has(issued)) {
+      throw new GrantError(`token exchange answered with issued_token_type ${JSON.stringify(this.#shorten(issued, 100))}, not an access token: the server did not issue what was asked for`, 'unusable', { status: 200 })
+    }
+    return set
   }
 
   /** The client's key as its assertions name it (private_key_jwt), for `check`. */
@@ -210,9 +229,6 @@ export class OAuthClient {
    */
   async #post (grant: string, url: string, fields: Fields, creds: Credentials): Promise<TokenSet> {
     const as = this.#metadata(url)
-    // an expired certificate is never shown: the grant waits for the renewed file
-    const unusable = this.#o.tls?.unusable()
-    if (unusable !== undefined) throw new GrantError(unusable, 'credential')
     for (let attempt = 0; ; attempt++) {
       const auth = await this.#o.client.forRequest(creds, url)
       this.#o.log.debug({ event: 'token', grant, tokenUrl: url }, 'token request')
@@ -227,7 +243,7 @@ export class OAuthClient {
       }
       let set: TokenSet
       try {
-        set = await checkTokenAnswer(answer, async () => await oauth.processGenericTokenEndpointResponse(as, this.#client, res), this.#shorten)
+        set = await checkTokenAnswer(answer, async () => await oauth.processGenericTokenEndpointResponse(as, this.#client, withoutIdToken(res, answer.body)), this.#shorten)
       } catch (err) {
         if (err instanceof GrantError && err.kind === 'wrong_url') throw new GrantError(`POST ${url}: ${err.message}`, 'wrong_url', { ...(err.status !== undefined && { status: err.status }) })
         throw err
@@ -335,6 +351,9 @@ export class OAuthClient {
    * after it, is not.
    */
   async request<T> (purpose: RequestPurpose, timeoutMs: number, send: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    // an expired certificate is never shown: the request waits for the renewed file
+    const unusable = this.#o.tls?.unusable()
+    if (unusable !== undefined) throw new GrantError(unusable, 'credential')
     const abort = new AbortController()
     const tracked = purpose !== 'logout'
     if (tracked) this.#abort = abort
@@ -355,6 +374,21 @@ export class OAuthClient {
       if (tracked && this.#abort === abort) this.#abort = undefined
     }
   }
+}
+
+/**
+ * The answer as oauth4webapi processes it: without the ID token that comes
+ * with `scope=openid`, which is the application's to judge, not the
+ * sidecar's (it uses the access token only). oauth4webapi would check its
+ * issuer against the URL dialled, which is not the issuer wherever the auth
+ * server is reached by an internal address.
+ */
+function withoutIdToken (res: Response, body: string): Response {
+  let fields: unknown
+  try { fields = JSON.parse(body) } catch { return res }
+  if (typeof fields !== 'object' || fields === null || !('id_token' in fields)) return res
+  const { id_token: _idToken, ...rest } = fields as Record<string, unknown>
+  return new Response(JSON.stringify(rest), { status: res.status, headers: res.headers })
 }
 
 /** The issuer a token URL implies: Keycloak's realm (the URL without /protocol/openid-connect/token), else its origin. */

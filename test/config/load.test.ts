@@ -286,6 +286,22 @@ t.test('AUTH_ISSUER_URL replaces AUTH_URL; AUTH_TOKEN_URL still wins for the tok
     (loadConfig({ ...minimal, AUTH_LOGOUT_ON_SHUTDOWN: 'false' }, { cwd: '/x' }).auth as { logoutOnShutdown: boolean }).logoutOnShutdown, false)
 })
 
+t.test('AUTH_DISCOVERY_URL: where the document is fetched, apart from the issuer it must name', async (t) => {
+  const issuer = 'https://sso.example.com/realms/service-realm'
+  const base = { ...minimal, AUTH_URL: undefined, AUTH_ISSUER_URL: issuer }
+  t.match(loadConfig(base, { cwd: '/x' }).auth, { issuerUrl: issuer, discoveryUrl: `${issuer}/.well-known/openid-configuration` }, 'the issuer\'s own document by default')
+  t.match(loadConfig({ ...base, AUTH_DISCOVERY_URL: 'http://keycloak.auth:8080/realms/service-realm/' }, { cwd: '/x' }).auth,
+    { issuerUrl: issuer, discoveryUrl: 'http://keycloak.auth:8080/realms/service-realm/.well-known/openid-configuration' }, 'an internal issuer-like address')
+  t.match(loadConfig({ ...base, AUTH_DISCOVERY_URL: 'http://keycloak.auth:8080/realms/service-realm/.well-known/openid-configuration' }, { cwd: '/x' }).auth,
+    { discoveryUrl: 'http://keycloak.auth:8080/realms/service-realm/.well-known/openid-configuration' }, 'or the document\'s whole URL')
+  t.same(problems({ ...minimal, AUTH_DISCOVERY_URL: 'http://keycloak.auth:8080/realms/service-realm' }),
+    ['AUTH_DISCOVERY_URL is used only with AUTH_ISSUER_URL, the issuer its document must name (the public one, such as https://sso.example.com/realms/<realm>)'])
+  t.same(problems({ ...base, AUTH_DISCOVERY_URL: 'keycloak.auth' }), ['AUTH_DISCOVERY_URL must be an absolute http or https URL'])
+  t.match(problems({ ...base, AUTH_DISCOVERY_URL: 'http://keycloak.auth:8080/realms/r', AUTH_CLIENT_AUTH: 'tls_client_auth' }),
+    ['AUTH_TLS_CERT_FILE and AUTH_TLS_KEY_FILE are required', 'AUTH_CLIENT_AUTH=tls_client_auth needs an https auth server: http://keycloak.auth:8080/realms/r is http, where no client certificate is presented'],
+    'the address dialled decides whether a certificate can be presented')
+})
+
 t.test('private_key_jwt needs a key file that holds a usable key; its problems are named, the key never quoted', async (t) => {
   const { generateKeyPairSync } = await import('node:crypto')
   const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ type: 'pkcs8', format: 'pem' }) as string

@@ -25,8 +25,10 @@ export interface Harness {
 /**
  * A sidecar on port 0 in front of a FakeUpstream (BASE_URL with an /api
  * prefix), against a Keycloak-like TokenServer; everything is closed in
- * teardown. `env` overrides the configuration; `{issuer}` in a value is the
- * token server's issuer URL. `deps.faults` are queued before the start.
+ * teardown. `env` overrides the configuration; in a value, `{issuer}` is the
+ * token server's issuer URL, `{internal}` its realm's URL at the address the
+ * sidecar dials (the issuer's own unless it has a public URL) and
+ * `{tokenUrl}` its token endpoint there. `deps.faults` are queued before the start.
  */
 export async function build (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}, deps: { headersTimeoutMs?: number, faults?: Fault[], upstreamTls?: ConstructorParameters<typeof FakeUpstream>[1] } = {}): Promise<Harness> {
   const tokenServer = new TokenServer({
@@ -49,7 +51,12 @@ export async function build (t: Test, env: Record<string, string> = {}, tokenOpt
     ADMIN_HOST: '127.0.0.1',
     TOKEN_RETRY_MIN_MS: '50',
     TOKEN_RETRY_MAX_MS: '200',
-    ...Object.fromEntries(Object.entries(env).map(([name, value]) => [name, typeof value === 'string' ? value.replace('{issuer}', tokenServer.issuer) : value]))
+    ...Object.fromEntries(Object.entries(env).map(([name, value]) => [name, typeof value !== 'string'
+      ? value
+      : value
+        .replace('{issuer}', tokenServer.issuer)
+        .replace('{internal}', tokenServer.url + tokenServer.tokenPath.replace(/\/protocol\/openid-connect\/token$/, ''))
+        .replace('{tokenUrl}', tokenServer.tokenUrl)]))
   }, { cwd: '/nonexistent' })
   tokenServer.faults.push(...(deps.faults ?? []))
   const log = captureLogger()

@@ -10,15 +10,18 @@ interface RunState {
   version?: string
   reason?: string
   admin?: { username: string, password: string }
-  servers?: Record<Layout, { url: string, httpsUrl?: string, caDir?: string }>
+  servers?: Record<ServerName, { url: string, httpsUrl?: string, caDir?: string, publicUrl?: string }>
 }
 
 export type Layout = 'root' | 'auth'
+/** The run's servers: one per path layout, and one whose hostname is a public URL the tests never dial. */
+export type ServerName = Layout | 'hostname'
+export type Servers = Record<ServerName, KeycloakServer>
 
-let connected: Promise<Record<Layout, KeycloakServer> | string> | undefined
+let connected: Promise<Servers | string> | undefined
 
 /** The run's Keycloak servers, once ready; a string says why there are none. */
-async function connect (): Promise<Record<Layout, KeycloakServer> | string> {
+async function connect (): Promise<Servers | string> {
   const started = Date.now()
   for (;;) {
     let state: RunState | undefined
@@ -26,7 +29,11 @@ async function connect (): Promise<Record<Layout, KeycloakServer> | string> {
     if (state?.status === 'ready') {
       const { admin, servers } = state as Required<RunState>
       const https = servers.root.httpsUrl !== undefined && servers.root.caDir !== undefined ? { url: servers.root.httpsUrl, caDir: servers.root.caDir } : undefined
-      return { root: new KeycloakServer('root', servers.root.url, admin, https), auth: new KeycloakServer('auth', servers.auth.url, admin) }
+      return {
+        root: new KeycloakServer('root', servers.root.url, admin, https),
+        auth: new KeycloakServer('auth', servers.auth.url, admin),
+        hostname: new KeycloakServer('root', servers.hostname.url, admin, undefined, servers.hostname.publicUrl)
+      }
     }
     if (state?.status === 'failed' || state?.status === 'off') return `real Keycloak ${state.version ?? ''} unavailable: ${state.reason ?? 'no reason given'}`
     if (state === undefined && Date.now() - started > 10_000) {
@@ -41,7 +48,7 @@ async function connect (): Promise<Record<Layout, KeycloakServer> | string> {
  * A test against the real Keycloak: skipped, with the reason, when it could
  * not be started here; a failure under CI=true, where it must run.
  */
-export function keycloakTest (name: string, fn: (t: Test, kc: Record<Layout, KeycloakServer>) => Promise<void>, options: { timeout?: number } = {}): void {
+export function keycloakTest (name: string, fn: (t: Test, kc: Servers) => Promise<void>, options: { timeout?: number } = {}): void {
   connected ??= connect()
   t.test(name, { timeout: options.timeout ?? 300_000 }, async (t) => {
     const servers = await connected!
@@ -61,10 +68,12 @@ export class KeycloakServer {
   #token: { value: string, until: number } | undefined
 
   /**
-   * `https`: the same server over HTTPS, asking for client certificates and
-   * taking those the run's CA (in `caDir`, scripts/test-ca.mjs) signed
+   * `url`: where the tests dial it. `https`: the same server over HTTPS,
+   * asking for client certificates and taking those the run's CA (in
+   * `caDir`, scripts/test-ca.mjs) signed. `publicUrl`: its hostname, which
+   * every issuer it names is under (a public one, never dialled here).
    */
-  constructor (readonly layout: Layout, readonly url: string, readonly admin: { username: string, password: string }, readonly https?: { url: string, caDir: string }) {}
+  constructor (readonly layout: Layout, readonly url: string, readonly admin: { username: string, password: string }, readonly https?: { url: string, caDir: string }, readonly publicUrl?: string) {}
 
   /** The admin API's answer to `method path`; throws on a status other than 2xx. */
   async api<T = unknown> (method: string, path: string, body?: unknown): Promise<T> {
@@ -109,14 +118,17 @@ export interface KeycloakEvent { type: string, clientId?: string, userId?: strin
 export class Realm {
   constructor (readonly server: KeycloakServer, readonly name: string) {}
 
-  get issuer (): string { return `${this.server.url}/realms/${this.name}` }
+  /** The issuer as Keycloak names it: under its public hostname, when it has one. */
+  get issuer (): string { return `${this.server.publicUrl ?? this.server.url}/realms/${this.name}` }
+  /** The realm at the address the tests dial (its issuer's, unless the server has a public hostname). */
+  get address (): string { return `${this.server.url}/realms/${this.name}` }
   /** The issuer over HTTPS (the root layout's server only), where client certificates are taken. */
   get httpsIssuer (): string {
     if (this.server.https === undefined) throw new Error(`the ${this.server.layout} layout's Keycloak serves no HTTPS`)
     return `${this.server.https.url}/realms/${this.name}`
   }
-  get tokenUrl (): string { return `${this.issuer}/protocol/openid-connect/token` }
-  get jwksUrl (): string { return `${this.issuer}/protocol/openid-connect/certs` }
+  get tokenUrl (): string { return `${this.address}/protocol/openid-connect/token` }
+  get jwksUrl (): string { return `${this.address}/protocol/openid-connect/certs` }
 
   async api<T = unknown> (method: string, path: string, body?: unknown): Promise<T> {
     return await this.server.api<T>(method, `/realms/${this.name}${path}`, body)

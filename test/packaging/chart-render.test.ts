@@ -188,6 +188,38 @@ helmTest('a client certificate from a Secret or a CSI volume: mounted whole, nam
   t.not(both.status, 0, 'a Secret and a CSI volume at once are refused')
 })
 
+helmTest('tls_client_auth: the client authenticates by the mounted certificate, no secret anywhere, and the sidecar reads the configuration back', async (t) => {
+  const objects = render(['sidecar.env.AUTH_CLIENT_AUTH=tls_client_auth', 'sidecar.env.AUTH_GRANT_TYPE=client_credentials', 'sidecar.env.AUTH_ISSUER_URL=https://sso.example.com/realms/r',
+    'credentials.username=', 'credentials.password=', 'credentials.clientSecret=', 'tls.existingSecret=client-cert', 'tls.auth=true'])
+  for (const object of objects) await validate(t, object)
+  t.notOk(objects.some((o) => o.kind === 'Secret'), 'no Secret: the certificate is the credential')
+  const pod = objects.find((o) => o.kind === 'Deployment')!.spec.template.spec
+  const sidecar = [...(pod.initContainers ?? []), ...pod.containers].find((c: { name: string }) => c.name === 'auth-sidecar')
+  const env = Object.fromEntries(sidecar.env.filter((e: { value?: string }) => e.value !== undefined).map((e: { name: string, value: string }) => [e.name, e.value]))
+  t.equal(env.AUTH_CLIENT_AUTH, 'tls_client_auth')
+  // the files where the kubelet would mount them, under a scratch root
+  const { TestCa } = await import('../helpers/certificates.js')
+  const cwd = mkdtempSync(join(tmpdir(), 'auth-sidecar-chart-tls-'))
+  t.teardown(() => rmSync(cwd, { recursive: true, force: true }))
+  const ca = TestCa.create(join(cwd, 'ca'))
+  const client = ca.issue('client', { cn: 'legacy-app' })
+  const mounted = { AUTH_TLS_CERT_FILE: client.cert, AUTH_TLS_KEY_FILE: client.key, AUTH_TLS_CA_FILE: readFileSync(ca.caFile, 'utf8') }
+  for (const [name, content] of Object.entries(mounted)) {
+    t.ok(String(env[name]).startsWith('/var/run/secrets/auth-sidecar-tls/'), `${name} in the mounted volume`)
+    env[name] = join(cwd, env[name])
+    mkdirSync(join(env[name], '..'), { recursive: true })
+    writeFileSync(env[name], content)
+  }
+  for (const name of ['UPSTREAM_TLS_CERT_FILE', 'UPSTREAM_TLS_KEY_FILE', 'UPSTREAM_TLS_CA_FILE']) env[name] = join(cwd, env[name])
+  const { loadConfig } = await import('../../src/config/load.js')
+  const config = loadConfig(env, { cwd })
+  t.match(config.auth, { clientAuth: 'tls_client_auth', grantType: 'client_credentials' })
+  t.same(config.credentials, {}, 'no secret source at all')
+  const without = spawnSync(helm, ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, '--set', 'sidecar.env.AUTH_CLIENT_AUTH=tls_client_auth', '--set', 'tls.existingSecret=client-cert'], { encoding: 'utf8' })
+  t.not(without.status, 0, 'without tls.auth the certificate would not reach the auth server: refused')
+  t.match(without.stderr, /tls_client_auth needs the client certificate presented to the auth server: tls\.existingSecret or tls\.csi, with tls\.auth=true/)
+})
+
 helmTest('the README\'s snippet for adding the sidecar to another chart renders a valid pod, with this chart as a dependency', async (t) => {
   const readme = readFileSync(`${chart}/README.md`, 'utf8')
   const snippet = /## Adding the sidecar to your own chart[\s\S]*?```yaml\n([\s\S]*?)```/.exec(readme)?.[1]

@@ -57,6 +57,18 @@ t.test('sidecar.env has every setting of the configuration schema, with the same
   }
 })
 
+t.test('sidecar.env takes every value the configuration takes: the same choices, and the types the variables have', async (t) => {
+  const env = (schema as any).properties.sidecar.properties.env.properties as Record<string, { type?: string, enum?: string[] }>
+  for (const [name, p] of Object.entries(properties) as Array<[string, { type: string, enum?: readonly string[] }]>) {
+    const chartSide = env[name]
+    if (chartSide === undefined) continue
+    if (p.enum !== undefined) t.same(chartSide.enum?.filter((v) => v !== ''), p.enum, `${name}: the choices of the configuration`)
+    if (p.type === 'boolean' || p.type === 'integer') t.equal(chartSide.type, p.type, `${name} is ${p.type === 'integer' ? 'an integer' : 'a boolean'}`)
+  }
+  const tls = merge(merge(values, ciValues), { sidecar: { env: { AUTH_CLIENT_AUTH: 'tls_client_auth' } } })
+  t.equal(validate(tls), true, `the certificate setup can be installed: ${JSON.stringify(validate.errors)}`)
+})
+
 t.test('templates: native sidecar with a startup probe, files from the Secret, locked-down pod, named templates', async (t) => {
   const helpers = templates['_helpers.tpl']!
   const deployment = templates['deployment.yaml']!

@@ -1,5 +1,6 @@
 import { readFileSync, renameSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import type { TLSSocket } from 'node:tls'
 import t from 'tap'
 import { build, send, until } from '../helpers/build.js'
 import { TestCa } from '../helpers/certificates.js'
@@ -61,4 +62,43 @@ t.test('tls_client_auth and certificate-bound tokens: the certificate is the cli
 
   await h.app.close(1_000)
   t.match(h.tokenServer.logouts, [{ endpoint: 'revoke', status: 200, form: { client_id: 'legacy-app' } }], 'the token revoked at shutdown, the client authenticated by its certificate')
+})
+
+t.test('an expired client certificate is shown to the auth server for nothing, discovery included: unready, naming the file, until a renewed one comes', async (t) => {
+  const dir = t.testdir({})
+  const ca = TestCa.create(join(dir, 'ca'))
+  const server = ca.issue('server', { cn: '127.0.0.1', san: 'IP:127.0.0.1' })
+  const expired = ca.issue('expired', { cn: 'sidecar-expired', notBefore: new Date(Date.now() - 3 * 86400_000), notAfter: new Date(Date.now() - 86400_000) })
+  const renewed = ca.issue('renewed', { cn: 'sidecar-renewed' })
+  const [certFile, keyFile] = [join(dir, 'tls.crt'), join(dir, 'tls.key')]
+  writeFileSync(certFile, expired.cert)
+  writeFileSync(keyFile, expired.key)
+  const h = await build(t, {
+    AUTH_URL: '',
+    AUTH_ISSUER_URL: '{issuer}',
+    AUTH_GRANT_TYPE: 'client_credentials',
+    AUTH_CLIENT_AUTH: 'tls_client_auth',
+    AUTH_CLIENT_SECRET: '',
+    AUTH_USERNAME: '',
+    AUTH_PASSWORD: '',
+    AUTH_TLS_CERT_FILE: certFile,
+    AUTH_TLS_KEY_FILE: keyFile,
+    AUTH_TLS_CA_FILE: ca.caFile
+  }, { tls: { key: server.key, cert: server.cert, ca: readFileSync(ca.caFile, 'utf8') }, tlsClients: { 'legacy-app': 'sidecar-renewed' } })
+  // every certificate any TLS connection to the auth server presented
+  const shown: string[] = []
+  h.tokenServer.server.on('secureConnection', (socket: TLSSocket) => { shown.push(String(socket.getPeerCertificate().subject?.CN ?? 'none')) })
+  await until(() => h.log.records().some((r) => r.event === 'discovery' && /expired/.test(String(r.reason))), 5_000)
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  const ready = await send(`${h.adminUrl}/readyz`)
+  t.equal(ready.status, 503)
+  t.match(JSON.parse(ready.body).reason, /^the client credential cannot be used \(the certificate in AUTH_TLS_CERT_FILE expired at \d{4}-/)
+  t.same(shown, [], 'no connection to the auth server at all: the expired certificate was never shown')
+  t.equal(h.tokenServer.discoveries, 0)
+
+  replace(keyFile, renewed.key)
+  replace(certFile, renewed.cert)
+  await until(() => h.app.credential.ready(), 5_000)
+  t.equal((await send(`${h.proxyUrl}/x`)).status, 200)
+  t.ok(shown.length > 0 && shown.every((cn) => cn === 'sidecar-renewed'), `only the renewed certificate was shown (${shown.join(', ')})`)
 })

@@ -270,3 +270,112 @@ t.test('configuration mistakes are named at start, with the route, all at once',
   t.same(problems({ ROUTE_A_B_BASE_URL: 'http://x', ROUTE_A_B_PORT: '8090' }), [], 'a name with _: ROUTE_A_B_PORT is route a_b\'s PORT')
   t.same(problems({ ROUTE_X_SERVICE_HOST: '10.0.0.1', ROUTE_X_PORT: 'tcp://10.0.0.1:80', ROUTE_X_PORT_80_TCP: 'tcp://10.0.0.1:80' }), [], 'Kubernetes\' service links are no routes')
 })
+
+/** Keycloak's refusal of an exchange's subject token. */
+const SUBJECT_REFUSED = { status: 400, body: JSON.stringify({ error: 'invalid_grant', error_description: 'Invalid token' }) }
+const EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange'
+
+t.test('token exchange refused every time while the auth server fails the subject\'s renewal: the refused subject is never sent again, and the subject\'s valid token keeps serving its routes', async (t) => {
+  const [reports, shared] = await upstreams(t, undefined, 2)
+  const h = await build(t, {
+    ROUTE_REPORTS_BASE_URL: reports!.url,
+    ROUTE_REPORTS_PATH: '/reports',
+    ROUTE_SHARED_BASE_URL: shared!.url,
+    ROUTE_SHARED_PATH: '/shared',
+    ROUTE_REPORTS_AUTH_EXCHANGE_AUDIENCE: 'reports-api',
+    TOKEN_WAIT_MS: '300',
+    TOKEN_REJECTED_RETRY_MS: '400'
+  }, { exchange: { 'legacy-app': ['reports-api'] } })
+  await until(() => h.app.routes.every((r) => r.credential.ready()))
+  const subject = h.app.credential.current()!.header.slice('Bearer '.length)
+  h.tokenServer.faultFor = (form) => form.grant_type === EXCHANGE
+    ? SUBJECT_REFUSED
+    : { status: 500, body: '{"error":"unknown_error"}' }
+  const route = h.app.routes.find((r) => r.config.name === 'reports')!
+  route.credential.answered(route.credential.current()!, 401, undefined, undefined)
+
+  const statuses: number[] = []
+  const started = Date.now()
+  while (Date.now() - started < 2_500) {
+    statuses.push((await send(`${h.proxyUrl}/x`)).status, (await send(`${h.proxyUrl}/shared/x`)).status)
+    await new Promise((resolve) => setTimeout(resolve, 40))
+  }
+  t.same([...new Set(statuses)], [200], `${statuses.length} requests on the default route and the one sharing its credential, every one 200`)
+  const ready = JSON.parse((await send(`${h.adminUrl}/readyz`)).body) as { routes?: Record<string, string> }
+  t.same(Object.keys(ready.routes ?? {}), ['reports'], 'only the exchanged route is not ready')
+  const exchanges = h.tokenServer.grants.filter((g) => g.grantType === EXCHANGE)
+  t.equal(exchanges.filter((g) => g.form.subject_token === subject && g.status === 400).length, 1, 'the refused subject token was sent once, never again')
+  t.equal(h.app.credential.current()?.header, `Bearer ${subject}`, 'the subject\'s valid token is kept while its renewal fails')
+  const subjectGrants = h.tokenServer.grants.filter((g) => g.grantType !== EXCHANGE && g.status === 500)
+  t.ok(subjectGrants.length >= 1, `the subject's renewal was asked for (${subjectGrants.length} attempts, on its own backoff)`)
+
+  // the auth server recovers: the subject's new token is exchanged at once; refused again, paced
+  h.tokenServer.faultFor = (form) => form.grant_type === EXCHANGE ? SUBJECT_REFUSED : undefined
+  await until(() => h.app.credential.current()?.header !== `Bearer ${subject}`, 5_000)
+  await until(() => h.tokenServer.grants.filter((g) => g.grantType === EXCHANGE).length > exchanges.length, 2_000)
+  const renewed = h.app.credential.current()!.header.slice('Bearer '.length)
+  await new Promise((resolve) => setTimeout(resolve, 1_500))
+  const after = h.tokenServer.grants.filter((g) => g.grantType === EXCHANGE).slice(exchanges.length)
+  t.equal(after.filter((g) => g.form.subject_token === renewed).length, 1, 'the new subject token, exchanged once and refused, is not sent again')
+  const gaps = after.slice(1).map((g, i) => g.at - after[i]!.at)
+  t.ok(after.length >= 2 && gaps.every((gap) => gap >= 300), `refused again: paced, not a loop of renewals and exchanges (${after.length} exchanges, ${gaps.join(', ')} ms apart, at a 0.4 s pace)`)
+  t.notOk(after.some((g) => g.form.subject_token === subject), 'nor the first one')
+})
+
+t.test('hanging token requests of two exchange routes do not hold up another credential\'s renewal', async (t) => {
+  const [a, b] = await upstreams(t, undefined, 2)
+  const h = await build(t, {
+    ROUTE_A_BASE_URL: a!.url,
+    ROUTE_A_PATH: '/a',
+    ROUTE_A_AUTH_EXCHANGE_AUDIENCE: 'a-api',
+    ROUTE_B_BASE_URL: b!.url,
+    ROUTE_B_PATH: '/b',
+    ROUTE_B_AUTH_EXCHANGE_AUDIENCE: 'b-api',
+    TOKEN_WAIT_MS: '2000',
+    TOKEN_TIMEOUT_MS: '10000'
+  }, { exchange: { 'legacy-app': ['a-api', 'b-api'] } })
+  await until(() => h.app.routes.every((r) => r.credential.ready()))
+  h.tokenServer.faultFor = (form) => form.grant_type === EXCHANGE ? { hang: true } : undefined
+  for (const name of ['a', 'b']) {
+    const route = h.app.routes.find((r) => r.config.name === name)!
+    route.credential.answered(route.credential.current()!, 401, undefined, undefined)
+  }
+  await until(() => h.tokenServer.grants.filter((g) => g.grantType === EXCHANGE && g.status === 0).length === 2)
+  // the default route's token is refused upstream: its renewal must go now
+  h.upstream.rejectTokens.add(h.app.credential.current()!.header)
+  const res = await send(`${h.proxyUrl}/x`)
+  t.equal(res.status, 200, 'renewed and replayed while the exchanges hang')
+  t.equal(h.tokenServer.grants.filter((g) => g.grantType === 'refresh_token' && g.status === 200).length, 1)
+})
+
+t.test('an exchange answer that is not an access token, or a token no upstream would take, is not used: unready, 503, nothing sent', async (t) => {
+  const [reports] = await upstreams(t, undefined, 1)
+  const h = await build(t, {
+    ROUTE_REPORTS_BASE_URL: reports!.url,
+    ROUTE_REPORTS_PATH: '/reports',
+    ROUTE_REPORTS_AUTH_EXCHANGE_AUDIENCE: 'reports-api',
+    TOKEN_WAIT_MS: '200',
+    // unusable answers are retried with a backoff that grows to this
+    TOKEN_REJECTED_RETRY_MS: '300'
+  }, { exchange: { 'legacy-app': ['reports-api'] } })
+  await until(() => h.app.routes.every((r) => r.credential.ready()))
+  const answers = [
+    ['a refresh token', { access_token: 'eyJhbGciOiJIUzI1NiJ9.e30.sig', token_type: 'Bearer', expires_in: 300, issued_token_type: 'urn:ietf:params:oauth:token-type:refresh_token' }, /issued_token_type "urn:ietf:params:oauth:token-type:refresh_token", not an access token/],
+    ['an ID token', { access_token: 'eyJhbGciOiJIUzI1NiJ9.e30.sig', token_type: 'Bearer', expires_in: 300, issued_token_type: 'urn:ietf:params:oauth:token-type:id_token' }, /issued_token_type "urn:ietf:params:oauth:token-type:id_token"/],
+    ['a 200 KB token', { access_token: 'a'.repeat(200 * 1024), token_type: 'Bearer', expires_in: 300, issued_token_type: 'urn:ietf:params:oauth:token-type:access_token' }, /access_token is 204800 bytes, more than the 16384 an upstream takes in a header/]
+  ] as const
+  const route = h.app.routes.find((r) => r.config.name === 'reports')!
+  for (const [what, body, reason] of answers) {
+    h.tokenServer.faultFor = (form) => form.grant_type === EXCHANGE ? { status: 200, body: JSON.stringify(body) } : undefined
+    const held = route.credential.current()
+    if (held !== undefined) route.credential.answered(held, 401, undefined, undefined)
+    await until(() => h.log.records().some((r) => r.grant === 'token_exchange' && reason.test(String(r.reason))), 3_000)
+    const res = await send(`${h.proxyUrl}/reports/x`)
+    t.equal(res.status, 503, `${what}: 503`)
+    t.equal(JSON.parse(res.body).error, 'token_unavailable')
+    const ready = await send(`${h.adminUrl}/readyz`)
+    t.equal(ready.status, 503, `${what}: not ready`)
+    t.match(JSON.parse(ready.body).routes, { reports: /without a usable token/ })
+  }
+  t.equal(reports!.received.length, 0, 'nothing reached the route\'s upstream')
+})

@@ -83,9 +83,9 @@ t.test('Keycloak\'s end-session and revocation endpoints are the token URL with 
 })
 
 /** Discovery's check of one answer. */
-async function discovered (issuer: string, answer: { status: number, body: string }, configuredTokenUrl?: string): Promise<Awaited<ReturnType<typeof checkDiscovery>>> {
+async function discovered (issuer: string, answer: { status: number, body: string }, configuredTokenUrl?: string, url = `${issuer.replace(/\/$/, '')}/.well-known/openid-configuration`): Promise<Awaited<ReturnType<typeof checkDiscovery>>> {
   const res = new Response(answer.status === 204 ? null : answer.body, { status: answer.status, headers: { 'content-type': 'application/json' } })
-  return await checkDiscovery(issuer, await answerOf(res), res, configuredTokenUrl, (text, max) => text.slice(0, max))
+  return await checkDiscovery({ issuer, url }, await answerOf(res), res, configuredTokenUrl, (text, max) => text.slice(0, max))
 }
 
 t.test('discovery: the issuer must match; an https issuer\'s endpoints must be https; the session\'s end stays on its origins', async (t) => {
@@ -118,4 +118,23 @@ t.test('discovery: the issuer must match; an https issuer\'s endpoints must be h
   t.match(elsewhere.ignored, [/end_session_endpoint https:\/\/collector\.example\/logout is on another origin/, /revocation_endpoint https:\/\/collector\.example\/revoke is on another origin/])
   const tokenOrigin = await discovered(issuer, doc({ token_endpoint: 'https://tokens.example/token', revocation_endpoint: 'https://tokens.example/revoke' }))
   t.equal(tokenOrigin.revocationUrl, 'https://tokens.example/revoke', 'the token endpoint\'s origin is trusted too')
+})
+
+t.test('discovery from an internal address: the public issuer is checked, and the endpoints under it are reached at the internal address', async (t) => {
+  const issuer = 'https://sso.example.com/realms/r'
+  const internal = 'http://keycloak.auth:8080/realms/r/.well-known/openid-configuration'
+  const doc = (extra: object) => ({ status: 200, body: JSON.stringify({ issuer, token_endpoint: `${issuer}/protocol/openid-connect/token`, end_session_endpoint: `${issuer}/protocol/openid-connect/logout`, ...extra }) })
+  t.match(await discovered(issuer, doc({}), undefined, internal), {
+    issuer,
+    tokenUrl: 'http://keycloak.auth:8080/realms/r/protocol/openid-connect/token',
+    endSessionUrl: 'http://keycloak.auth:8080/realms/r/protocol/openid-connect/logout'
+  }, 'Keycloak without a dynamic backchannel lists every endpoint at its public hostname')
+  t.match(await discovered(issuer, doc({ token_endpoint: 'http://10.0.0.7:8080/realms/r/protocol/openid-connect/token' }), undefined, internal), {
+    tokenUrl: 'http://10.0.0.7:8080/realms/r/protocol/openid-connect/token'
+  }, 'an endpoint not under the issuer (Keycloak\'s dynamic backchannel) is used as listed')
+  const wrong = await discovered('http://keycloak.auth:8080/realms/r', doc({})).catch((e: unknown) => e as Error)
+  t.match((wrong as Error).message, /names the issuer "https:\/\/sso\.example\.com\/realms\/r", not http:\/\/keycloak\.auth:8080\/realms\/r: set AUTH_ISSUER_URL to the issuer exactly as the server names it \(and, should the sidecar reach it by another address, AUTH_DISCOVERY_URL=http:\/\/keycloak\.auth:8080\/realms\/r\)/, 'the internal address given as the issuer: the message names both settings')
+  const https = 'https://keycloak.auth:8443/realms/r/.well-known/openid-configuration'
+  const plain = await discovered(issuer, doc({ token_endpoint: 'http://elsewhere.example/token' }), undefined, https).catch((e: unknown) => e as Error)
+  t.match((plain as Error).message, /token_endpoint .* is not an https URL/, 'a document fetched over https sends no credential over http')
 })

@@ -61,6 +61,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if or (eq (toString .Values.sidecar.env.AUTH_MODE) "basic") (ne (toString .Values.sidecar.env.AUTH_GRANT_TYPE) "client_credentials") }}true{{ end }}
 {{- end }}
 
+{{/* Whether the client authenticates by the mounted certificate (tls_client_auth): it needs no secret. */}}
+{{- define "auth-sidecar.certificateAuth" -}}
+{{- if eq (toString .Values.sidecar.env.AUTH_CLIENT_AUTH) "tls_client_auth" }}
+{{- if not (and .Values.tls.auth (or .Values.tls.existingSecret .Values.tls.csi)) }}
+{{- fail "AUTH_CLIENT_AUTH tls_client_auth needs the client certificate presented to the auth server: tls.existingSecret or tls.csi, with tls.auth=true" }}
+{{- end }}true
+{{- end }}
+{{- end }}
+
 {{/*
 Whether a Secret is mounted at all: not when the projected service-account
 token is the only credential (client_credentials with federated_jwt).
