@@ -100,14 +100,15 @@ export function parseRoutes (o: RouteInput, problems: string[], warnings: string
     routes.push({ name, origin: upstream.origin, basePath: upstream.pathname.replace(/\/+$/, ''), ...where, credential, ...(tls !== undefined && { tls }) })
   }
 
-  // one route per port and per prefix
+  // one route per port and per prefix (the default route has neither of its own)
   const taken = new Map<string, string>()
-  for (const route of [o.defaultRoute, ...routes]) {
-    const place = route.port !== undefined ? `port ${route.port}` : `path ${route.path}`
+  for (const route of routes) {
+    const [setting, value] = route.port !== undefined ? ['PORT', String(route.port)] : ['PATH', route.path]
     if (route.port === 0) continue
-    const other = taken.get(place)
-    if (other !== undefined) problems.push(`route ${route.name}: ${place} is route ${other}'s too`)
-    else taken.set(place, route.name)
+    const variable = `ROUTE_${route.name.toUpperCase()}_${setting}`
+    const other = taken.get(`${setting} ${value}`)
+    if (other !== undefined) problems.push(`route ${route.name}: ${variable}=${value} is ${other}'s too: one route per ${setting === 'PORT' ? 'port' : 'prefix'}`)
+    else taken.set(`${setting} ${value}`, variable)
   }
   return routes
 }
@@ -132,8 +133,8 @@ function placeOf (upper: string, set: Record<string, string>, o: RouteInput, pro
     return { port, path: '' }
   }
   const path = set.PATH!
-  if (!PATH.test(path) || path.split('/').some((segment) => /^\.+$/.test(segment))) {
-    problems.push(`ROUTE_${upper}_PATH must be a path prefix such as /billing: segments of letters, digits and -._~`)
+  if (!PATH.test(path) || path.split('/').some((segment) => segment.includes('..') || segment === '.')) {
+    problems.push(`ROUTE_${upper}_PATH must be a path prefix such as /billing: segments of letters, digits and -._~, none of them . or holding ..`)
     return undefined
   }
   return { path: path.replace(/\/+$/, '') }
@@ -210,16 +211,21 @@ function keyOf (auth: Record<string, unknown>): string {
   return JSON.stringify(Object.entries(auth).filter(([, v]) => v !== undefined).sort(([a], [b]) => a.localeCompare(b)))
 }
 
-/** The route variable closest to a misspelt one, for the route names in use (or any split of the name). */
+/**
+ * The route variable closest to a misspelt one, for the route names in use
+ * (or any split of the name, in upper case as a name must be); never the
+ * variable itself.
+ */
 function nearestRouteVariable (variable: string, names: string[]): string | undefined {
   const rest = variable.slice('ROUTE_'.length)
   const candidates = new Set(names)
-  for (let i = rest.indexOf('_'); i > 0; i = rest.indexOf('_', i + 1)) candidates.add(rest.slice(0, i))
+  for (let i = rest.indexOf('_'); i > 0; i = rest.indexOf('_', i + 1)) candidates.add(rest.slice(0, i).toUpperCase())
   let best: string | undefined
   let bestDistance = Infinity
   for (const name of candidates) {
     for (const setting of ROUTE_SETTINGS) {
       const candidate = `ROUTE_${name}_${setting}`
+      if (candidate === variable) continue
       const d = editDistance(variable, candidate)
       if (d < bestDistance) {
         best = candidate

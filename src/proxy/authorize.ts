@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Authorization, RequestCredential } from '../token/credential.js'
+import type { UpstreamConnections } from './context.js'
 import { sendTokenUnavailable } from './replies.js'
 
 declare module 'fastify' {
@@ -29,3 +30,18 @@ export const authorize = fp<{ credential: RequestCredential }>(async function au
     }, (err: unknown) => sendTokenUnavailable(reply, err))
   })
 })
+
+/**
+ * The authorization a request goes upstream with over `upstream`'s
+ * connections: a certificate-bound token goes only where its certificate is
+ * presented. When the upstream's files present another certificate than the
+ * token's (its copy of a renewed certificate not renewed yet, say), the
+ * credential's token bound to the one the upstream presents goes instead,
+ * while it is valid; otherwise the authorization as it is.
+ */
+export function forConnection (authorization: Authorization, upstream: Pick<UpstreamConnections, 'presents' | 'certificate'>, credential: Pick<RequestCredential, 'boundTo'>): Authorization {
+  const bound = authorization.certificate
+  if (bound === undefined || upstream.presents(bound)) return authorization
+  const presented = upstream.certificate
+  return (presented === undefined ? undefined : credential.boundTo(presented)) ?? authorization
+}

@@ -56,6 +56,10 @@ export interface ConnectionTls {
 export interface UpstreamConnections {
   /** the pool for a token obtained with `certificate`; undefined when that certificate's pool is closed (the token is stale) */
   for(certificate: string | undefined): Dispatcher | undefined
+  /** whether connections presenting `certificate` are open */
+  presents(certificate: string): boolean
+  /** the thumbprint of the certificate new connections present; undefined for none */
+  readonly certificate: string | undefined
   /** the same for a connection made outside the pools (a WebSocket's) */
   tlsFor(certificate: string | undefined): ConnectionTls | undefined
   /** why the client certificate cannot be presented now (expired, not yet valid); undefined when it can, or there is none */

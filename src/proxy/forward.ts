@@ -4,9 +4,11 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { errors, type Dispatcher } from 'undici'
 import { refusesCertificate } from '../tls/certificate.js'
 import type { Authorization } from '../token/credential.js'
+import { forConnection } from './authorize.js'
 import { upstreamFailure, type ProxyContext } from './context.js'
 import { forwardedHeaders, relayedResponseHeaders } from './headers.js'
 import { sendError, sendTokenUnavailable } from './replies.js'
+import type { UpstreamTarget } from './target.js'
 import type { Release } from './upstream-slots.js'
 
 /** Idempotent methods without a body may be sent again when a pooled socket turned out dead. */
@@ -51,8 +53,8 @@ export class InterimFloodError extends Error {
  * - the answer is streamed to the client with backpressure; failures are
  *   the sidecar's JSON 502 or 504, never internal detail.
  */
-export function forward (request: FastifyRequest, reply: FastifyReply, o: ProxyContext): void {
-  new Exchange(request, reply, o).start()
+export function forward (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, target: UpstreamTarget): void {
+  new Exchange(request, reply, o, target).start()
 }
 
 class Exchange implements Dispatcher.DispatchHandler {
@@ -82,28 +84,29 @@ class Exchange implements Dispatcher.DispatchHandler {
   #answer: UpstreamBody | undefined
   #over = false
 
-  constructor (request: FastifyRequest, reply: FastifyReply, o: ProxyContext) {
+  constructor (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, target: UpstreamTarget) {
     this.#request = request
     this.#reply = reply
     this.#o = o
     this.#method = request.raw.method ?? 'GET'
-    const url = request.raw.url ?? '/'
-    const q = url.indexOf('?')
-    this.#path = o.route.basePath + routePath(q === -1 ? url : url.slice(0, q), o.route.prefix)
-    this.#query = q === -1 ? '' : url.slice(q)
+    this.#path = target.path
+    this.#query = target.query
     this.#body = request.body as Readable | undefined
     this.#authorization = request.sidecarAuthorization!
   }
 
   start (): void {
     this.#arm()
-    this.#unwatch = this.#o.admission.onDeparture(this.#request, () => this.#abandon(new ClientGoneError()))
+    this.#unwatch = this.#o.admission.onDeparture(this.#request, () => {
+
+      this.#abandon(new ClientGoneError())
+    })
     const release = this.#o.slots.take()
     if (release !== undefined) return this.#send(release)
     this.#leaveQueue = this.#o.slots.wait((granted) => {
       this.#leaveQueue = undefined
       this.#send(granted)
-    })
+    }, () => this.#request.raw.socket.destroyed)
   }
 
   /** UPSTREAM_TIMEOUT_MS until the final status. */
@@ -121,6 +124,7 @@ class Exchange implements Dispatcher.DispatchHandler {
     this.#controller = undefined
     const unusable = upstream.unusable()
     if (unusable !== undefined) return this.#failed(new CertificateUnusableError(unusable))
+    this.#authorization = forConnection(this.#authorization, upstream, this.#o.credential)
     const dispatcher = upstream.for(this.#authorization.certificate)
     if (dispatcher === undefined) return this.#reauthorize()
     try {
@@ -226,6 +230,9 @@ class Exchange implements Dispatcher.DispatchHandler {
   onResponseError (_controller: Dispatcher.DispatchController, err: Error): void {
     if (err instanceof ReplayedError) return
     const answer = this.#answer
+    // undici holds a 304's Content-Length for a body owed, though it gives the
+    // length of the representation the 304 stands for (RFC 9110 §8.6): the answer is whole
+    if (answer !== undefined && this.#reply.statusCode === 304 && (err as { code?: string }).code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH') return this.onResponseEnd()
     if (answer === undefined) {
       // a stale pooled socket, once, for a request that can be sent again as it is
       const code = (err as { code?: string }).code ?? ''
@@ -333,12 +340,6 @@ class UpstreamBody extends Readable {
     if (!this.readableEnded && !this.#controller.aborted) this.#controller.abort(err ?? new ClientGoneError())
     callback(err)
   }
-}
-
-/** A path as its route forwards it: without the route's prefix, always starting with a slash. */
-export function routePath (path: string, prefix: string): string {
-  const rest = path.slice(prefix.length)
-  return rest.startsWith('/') ? rest : `/${rest}`
 }
 
 /** Whether the client's connection is gone, its answer unfinished. */

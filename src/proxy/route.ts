@@ -3,6 +3,8 @@ import type { ProxyContext } from './context.js'
 import { forward } from './forward.js'
 import { guard } from './guard.js'
 import { authorize } from './authorize.js'
+import { sendError } from './replies.js'
+import { upstreamTarget } from './target.js'
 import { isUpgrade } from './upgrade.js'
 import type { WebSocketEgress, WebSocketSessions } from './websocket.js'
 
@@ -29,8 +31,10 @@ export async function proxyRoute (app: FastifyInstance, o: RouteOptions): Promis
   await app.register(guard)
   await app.register(authorize, { credential: o.context.credential })
   const handler = (request: FastifyRequest, reply: FastifyReply): void => {
-    if (isUpgrade(request.raw)) o.websockets.handshake(request, reply, o.context, o.egress)
-    else forward(request, reply, o.context)
+    const target = upstreamTarget(request.raw.url ?? '/', o.context.route)
+    if (target === undefined) return sendError(reply, 'bad_request')
+    if (isUpgrade(request.raw)) o.websockets.handshake(request, reply, o.context, o.egress, target)
+    else forward(request, reply, o.context, target)
   }
   const config = { sidecarRoute: o.context.route.name }
   app.route({ method: o.methods, url: '/', handler, config })

@@ -6,25 +6,37 @@ export type Release = () => void
  * the others wait here, in order of arrival, rather than in undici's pool,
  * so that a request whose client has gone or whose time is up leaves the
  * queue without being sent and without a connection opened for it.
+ *
+ * A place given back goes to the next in the queue on the event loop's next
+ * turn, not at once, and never to a request whose client's connection is
+ * gone: clients that leave together (a load balancer's timeout) are read in
+ * one turn, each connection closed as it is read but its departure told a
+ * turn later, so a place freed by the first would otherwise go to requests
+ * whose clients left with it.
  */
 export class UpstreamSlots {
   #free: number
-  readonly #queue = new Set<(release: Release) => void>()
+  readonly #queue = new Map<(release: Release) => void, () => boolean>()
+  #handing: NodeJS.Immediate | undefined
 
   constructor (size: number) {
     this.#free = size
   }
 
-  /** A place now, or undefined when none is free. */
+  /** A place now, or undefined when none is free (or others wait for one). */
   take (): Release | undefined {
-    if (this.#free === 0) return undefined
+    if (this.#free === 0 || this.#queue.size > 0) return undefined
     this.#free--
     return this.#release()
   }
 
-  /** Waits for a place, in order; returns what leaves the queue before one is given. */
-  wait (granted: (release: Release) => void): () => void {
-    this.#queue.add(granted)
+  /**
+   * Waits for a place, in order, unless `gone` says the client has left by
+   * then (its departure then takes it out); returns what leaves the queue
+   * before a place is given.
+   */
+  wait (granted: (release: Release) => void, gone: () => boolean): () => void {
+    this.#queue.set(granted, gone)
     return () => { this.#queue.delete(granted) }
   }
 
@@ -33,13 +45,19 @@ export class UpstreamSlots {
     return () => {
       if (released) return
       released = true
-      const next = this.#queue.values().next()
-      if (next.done === true) {
-        this.#free++
-        return
-      }
-      this.#queue.delete(next.value)
-      next.value(this.#release())
+      this.#free++
+      if (this.#queue.size > 0) this.#handing ??= setImmediate(this.#handOut)
+    }
+  }
+
+  readonly #handOut = (): void => {
+    this.#handing = undefined
+    for (const [next, gone] of this.#queue) {
+      if (this.#free === 0) return
+      this.#queue.delete(next)
+      if (gone()) continue
+      this.#free--
+      next(this.#release())
     }
   }
 }

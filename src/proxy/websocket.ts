@@ -3,11 +3,13 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { WebSocket, WebSocketServer } from 'ws'
 import type { Authorization } from '../token/credential.js'
 import { accessLine } from './access-log.js'
+import { forConnection } from './authorize.js'
 import type { ProxyContext } from './context.js'
-import { answerUpstreamFailure, CertificateUnusableError, ClientGoneError, routePath } from './forward.js'
+import { answerUpstreamFailure, CertificateUnusableError, ClientGoneError } from './forward.js'
 import { countHeader, forwardedHeaders } from './headers.js'
 import { sendError, sendTokenUnavailable } from './replies.js'
 import { takeConnection } from './upgrade.js'
+import type { UpstreamTarget } from './target.js'
 import { relay } from './websocket-relay.js'
 
 /** RFC 7230 token characters: what a subprotocol name may be made of. */
@@ -24,6 +26,8 @@ export function handshakeProblem (req: IncomingMessage): string | undefined {
   if ((req.url ?? '').includes('#')) return 'a fragment in the target'
   if ((req.headers.upgrade ?? '').toLowerCase() !== 'websocket') return 'not a WebSocket upgrade'
   if (req.headers['sec-websocket-version'] !== '13') return 'an unknown Sec-WebSocket-Version'
+  // a handshake has no body: one would be taken for the first WebSocket frames
+  if ((req.headers['content-length'] !== undefined && req.headers['content-length'] !== '0') || req.headers['transfer-encoding'] !== undefined) return 'a body'
   if (!KEY.test(req.headers['sec-websocket-key'] ?? '')) return 'a missing or malformed Sec-WebSocket-Key'
   if (countHeader(req.rawHeaders, 'sec-websocket-protocol') > 1) return 'a duplicated Sec-WebSocket-Protocol'
   const protocol = req.headers['sec-websocket-protocol']
@@ -74,14 +78,14 @@ export class WebSocketSessions {
   #closing = false
 
   /** Forwards one handshake that reached a route. */
-  handshake (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, egress: WebSocketEgress): void {
+  handshake (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, egress: WebSocketEgress, target: UpstreamTarget): void {
     const problem = handshakeProblem(request.raw)
     if (problem !== undefined) {
       o.log.debug({ requestId: request.id, problem }, 'websocket handshake refused')
       return sendError(reply, 'bad_request')
     }
     if (this.#closing) return sendError(reply, 'overloaded', { close: true })
-    new Handshake(request, reply, o, egress, this.#live).start()
+    new Handshake(request, reply, o, egress, this.#live, target).start()
   }
 
   /** Closes every open WebSocket with 1001 (going away), and every handshake still under way. */
@@ -97,6 +101,7 @@ class Handshake {
   readonly #o: ProxyContext
   readonly #egress: WebSocketEgress
   readonly #live: Set<{ close(): void }>
+  readonly #target: UpstreamTarget
   readonly #deadline: NodeJS.Timeout
   #release: () => void = () => {}
   #unwatch: () => void = () => {}
@@ -107,7 +112,8 @@ class Handshake {
   #upstream: WebSocket | undefined
   #settled = false
 
-  constructor (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, egress: WebSocketEgress, live: Set<{ close(): void }>) {
+  constructor (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, egress: WebSocketEgress, live: Set<{ close(): void }>, target: UpstreamTarget) {
+    this.#target = target
     this.#request = request
     this.#reply = reply
     this.#o = o
@@ -121,7 +127,10 @@ class Handshake {
     // on shutdown, a handshake still under way is cut with its connection
     const cut = { close: () => this.#request.raw.socket.destroy() }
     this.#live.add(cut)
-    const unwatch = this.#o.admission.onDeparture(this.#request, () => this.#giveUp(new ClientGoneError()))
+    const unwatch = this.#o.admission.onDeparture(this.#request, () => {
+
+      this.#giveUp(new ClientGoneError())
+    })
     this.#unwatch = () => {
       this.#live.delete(cut)
       unwatch()
@@ -133,7 +142,7 @@ class Handshake {
     }
     const release = this.#o.slots.take()
     if (release !== undefined) granted(release)
-    else this.#leaveQueue = this.#o.slots.wait(granted)
+    else this.#leaveQueue = this.#o.slots.wait(granted, () => this.#request.raw.socket.destroyed)
   }
 
   #giveUp (reason: Error): void {
@@ -148,12 +157,11 @@ class Handshake {
   #connect (authorization: Authorization, replayed: boolean): void {
     const { route, credential } = this.#o
     const req = this.#request.raw
-    const url = req.url ?? '/'
-    const q = url.indexOf('?')
-    const path = route.basePath + routePath(q === -1 ? url : url.slice(0, q), route.prefix)
-    const target = route.origin.replace(/^http/, 'ws') + path + (q === -1 ? '' : url.slice(q))
+    const { path, query } = this.#target
+    const target = route.origin.replace(/^http/, 'ws') + path + query
     const protocols = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim()).filter(Boolean)
     // a bound token goes only with its certificate: a token whose certificate was replaced gives way to the current one
+    authorization = forConnection(authorization, this.#o.upstream, credential)
     const current = credential.current()
     const tls = this.#o.upstream.tlsFor(authorization.certificate) ?? (current === undefined ? undefined : this.#o.upstream.tlsFor(current.certificate))
     if (tls === undefined || this.#o.upstream.unusable() !== undefined) return this.#fail(new CertificateUnusableError(this.#o.upstream.unusable() ?? 'the token is bound to a client certificate that was replaced'))
@@ -203,6 +211,8 @@ class Handshake {
       // a client still waiting gets an answer (from the latest handshake only)
       if (up === this.#upstream) this.#fail(err)
     })
+    // the switch is an answer too: a DPoP-Nonce sent with it is the one the next proof carries
+    up.once('upgrade', (res) => { credential.answered(authorization, 101, res.headers['www-authenticate'], res.headers['dpop-nonce']) })
     up.once('open', () => this.#opened(up))
   }
 

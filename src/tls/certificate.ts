@@ -85,13 +85,33 @@ let extraCas: string[] | undefined
 
 /**
  * The CAs a connection trusts when a CA file is given: Node's own, those of
- * NODE_EXTRA_CA_CERTS, and the file's. (A `ca` option replaces Node's trust,
- * so the others are listed with it.)
+ * NODE_EXTRA_CA_CERTS, and the file's PEM blocks as they are. (A `ca` option
+ * replaces Node's trust, so the others are listed with it.) The blocks are
+ * parsed once, by TLS itself, when its context is made: a bundle of
+ * thousands of CAs costs a second of CPU for each parse.
  */
 export function trustedCas (caText: string, variable: string): string[] {
-  const own = pemCertificates(caText, variable).map((c) => c.toString())
+  const own = caText.match(PEM_CERTIFICATE) ?? []
+  if (own.length === 0) throw new TlsFileError(`${variable} holds no PEM certificate`)
+  // TLS skips a block it cannot read without a word: each is checked to be whole DER first
+  if ((caText.match(/-----BEGIN CERTIFICATE-----/g) ?? []).length !== own.length) throw new TlsFileError(`${variable} holds a PEM block without its end (a file still being written?)`)
+  own.forEach((block, i) => {
+    if (!isDerSequence(Buffer.from(block.slice(27, -25).replace(/\s+/g, ''), 'base64'))) throw new TlsFileError(`${variable} holds a PEM block that is not a certificate (the ${ordinal(i + 1)})`)
+  })
   extraCas ??= extraCaCertificates()
   return [...rootCertificates, ...extraCas, ...own]
+}
+
+/** Whether `der` is one whole DER SEQUENCE, as a certificate is: its length as it says, nothing more, nothing less. */
+function isDerSequence (der: Buffer): boolean {
+  if (der.length < 2 || der[0] !== 0x30) return false
+  const first = der[1]!
+  if (first < 0x80) return der.length === 2 + first
+  const bytes = first & 0x7f
+  if (bytes === 0 || bytes > 4 || der.length < 2 + bytes) return false
+  let length = 0
+  for (let i = 0; i < bytes; i++) length = length * 256 + der[2 + i]!
+  return der.length === 2 + bytes + length
 }
 
 /** NODE_EXTRA_CA_CERTS's certificates; Node itself warns when the file cannot be read. */

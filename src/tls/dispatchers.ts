@@ -80,6 +80,11 @@ export class TlsDispatcher {
     return d === undefined ? undefined : [this.#current, ...this.#kept].find((m) => m.dispatcher === d)!.tls
   }
 
+  /** Whether connections presenting `certificate` (a thumbprint) are open: the current ones, or those kept for a token bound to it. */
+  presents (certificate: string): boolean {
+    return certificate === this.#current.certificate || this.#kept.some((m) => m.certificate === certificate)
+  }
+
   /**
    * The dispatcher for a request whose token was obtained presenting
    * `certificate`: the one presenting that certificate when it is still

@@ -5,7 +5,7 @@ import { SECRET_FILE_POLL_MS } from '../config/credentials.js'
 import { MAX_CA_FILE_BYTES, MAX_SECRET_FILE_BYTES, readSecretFile } from '../config/secret-file.js'
 import type { TlsPaths } from '../config/types.js'
 import type { Logger } from '../logger.js'
-import { clientCertificate, TlsFileError, trustedCas, validity, type ClientCertificate, type TlsNames } from './certificate.js'
+import { clientCertificate, pemCertificates, TlsFileError, trustedCas, validity, type ClientCertificate, type TlsNames } from './certificate.js'
 
 export { TlsFileError }
 
@@ -28,9 +28,11 @@ export interface TlsFilesEvents {
  * A set of TLS files (a client certificate, its key, CAs) as the sidecar
  * uses them while it runs: read at start, then read again whenever one of
  * them changes (cert-manager and SPIFFE renew them, often hourly). New
- * content replaces the current only when it is whole and consistent: a
- * half-written file or a key that is not the certificate's keeps the good
- * one, said once in the log, until the files change again.
+ * content replaces the current only when it is whole and consistent, and no
+ * worse: a half-written file, a key that is not the certificate's, or a
+ * certificate that has expired or is not valid yet while the one in use is,
+ * keeps the good one, said once in the log. Content that did not change is
+ * not parsed again (a bundle of thousands of CAs costs a second of CPU).
  */
 export class TlsFiles extends EventEmitter<TlsFilesEvents> {
   /** which certificate it is, as the log, the metrics and `check` name it */
@@ -39,10 +41,13 @@ export class TlsFiles extends EventEmitter<TlsFilesEvents> {
   readonly names: TlsNames
   readonly #log: Logger
   #certificate: ClientCertificate | undefined
-  #ca: string[] | undefined
   #context: ConnectTls = {}
+  /** the files' content in use */
+  #inUse: Texts = {}
   /** the problem last logged, until the files are good again */
   #told: string | undefined
+  /** when renewed files were held back: looked at again when that may change */
+  #recheck: NodeJS.Timeout | undefined
   #reading: Promise<void> | undefined
   #again = false
   #watching = false
@@ -58,10 +63,7 @@ export class TlsFiles extends EventEmitter<TlsFilesEvents> {
   /** Reads the files once; throws a TlsFileError naming the file that cannot be used. */
   static async load (which: string, paths: TlsPaths, names: TlsNames, log: Logger): Promise<TlsFiles> {
     const files = new TlsFiles(which, paths, names, log)
-    const read = await files.#read()
-    files.#certificate = read.certificate
-    files.#ca = read.ca
-    files.#context = read.context
+    files.#use(files.#parse(await files.#texts()))
     return files
   }
 
@@ -89,6 +91,7 @@ export class TlsFiles extends EventEmitter<TlsFilesEvents> {
 
   close (): void {
     this.#watching = false
+    clearTimeout(this.#recheck)
     for (const file of this.#files()) unwatchFile(file, this.#changed)
   }
 
@@ -111,22 +114,27 @@ export class TlsFiles extends EventEmitter<TlsFilesEvents> {
   }
 
   async #reload (): Promise<void> {
-    let read
+    let read: Read | undefined
     try {
-      read = await this.#read()
+      const texts = await this.#texts()
+      // touched or rewritten with the same content: nothing to parse again
+      if (texts.cert === this.#inUse.cert && texts.key === this.#inUse.key && texts.ca === this.#inUse.ca) return this.#settled()
+      read = this.#parse(texts)
     } catch (err) {
-      const problem = err instanceof TlsFileError ? err.message : String(err)
-      if (problem !== this.#told) this.#log.warn({ event: 'tls', certificate: this.which, reason: problem }, 'the TLS files changed but cannot be used: keeping the ones in use')
-      this.#told = problem
+      return this.#tell(err instanceof TlsFileError ? err.message : String(err))
+    }
+    const before = this.#certificate
+    // a renewal that cannot be presented (expired, not yet valid) never replaces a pair that can
+    const worse = read.certificate === undefined ? undefined : validity(read.certificate, this.names.cert)
+    if (worse !== undefined && before !== undefined && validity(before, this.names.cert) === undefined) {
+      this.#tell(`${worse.replace(/: waiting for .*$/, '')}: keeping the certificate in use, valid until ${before.notAfter.toISOString()}`)
+      // looked at again when the one in use ends, or the new one begins
+      const begins = read.certificate!.notBefore.getTime()
+      this.#recheckAt(begins > Date.now() ? Math.min(before.notAfter.getTime(), begins) : before.notAfter.getTime())
       return
     }
-    this.#told = undefined
-    const before = this.#certificate
-    const same = before?.thumbprint === read.certificate?.thumbprint && before?.key === read.certificate?.key && String(this.#ca) === String(read.ca)
-    if (same) return
-    this.#certificate = read.certificate
-    this.#ca = read.ca
-    this.#context = read.context
+    this.#settled()
+    this.#use(read)
     const c = read.certificate
     this.#log.info({
       event: 'tls',
@@ -136,28 +144,73 @@ export class TlsFiles extends EventEmitter<TlsFilesEvents> {
     this.emit('change')
   }
 
-  async #read (): Promise<{ certificate: ClientCertificate | undefined, ca: string[] | undefined, context: ConnectTls }> {
+  /** A problem with the files as they are now, said once until they change into something else. */
+  #tell (problem: string): void {
+    if (problem !== this.#told) this.#log.warn({ event: 'tls', certificate: this.which, reason: problem }, 'the TLS files changed but cannot be used: keeping the ones in use')
+    this.#told = problem
+  }
+
+  #settled (): void {
+    this.#told = undefined
+    clearTimeout(this.#recheck)
+  }
+
+  #recheckAt (time: number): void {
+    clearTimeout(this.#recheck)
+    if (!this.#watching) return
+    // the files held back are looked at again: their time may have come, or the one in use may have ended
+    this.#recheck = setTimeout(this.#changed, Math.min(Math.max(0, time - Date.now()) + 1_000, RECHECK_MAX_MS))
+    this.#recheck.unref()
+  }
+
+  #use (read: Read): void {
+    this.#inUse = read.texts
+    this.#certificate = read.certificate
+    this.#context = read.context
+  }
+
+  async #texts (): Promise<Texts> {
     const { certFile, keyFile, caFile } = this.paths
-    const text = async (file: string, variable: string, max = MAX_SECRET_FILE_BYTES): Promise<string> => {
+    const text = async (file: string | undefined, variable: string, max = MAX_SECRET_FILE_BYTES): Promise<string | undefined> => {
+      if (file === undefined) return undefined
       try {
         return await readSecretFile(file, max)
       } catch (err) {
         throw new TlsFileError(`${variable} ${(err as Error).message}`)
       }
     }
-    const certificate = certFile !== undefined && keyFile !== undefined
-      ? clientCertificate(await text(certFile, this.names.cert), await text(keyFile, this.names.key), this.names)
-      : undefined
-    const ca = caFile !== undefined ? trustedCas(await text(caFile, this.names.ca, MAX_CA_FILE_BYTES), this.names.ca) : undefined
-    return { certificate, ca, context: secureContext(certificate, ca, this.names) }
+    return {
+      ...(certFile !== undefined && keyFile !== undefined && { cert: await text(certFile, this.names.cert), key: await text(keyFile, this.names.key) }),
+      ...(caFile !== undefined && { ca: await text(caFile, this.names.ca, MAX_CA_FILE_BYTES) })
+    }
+  }
+
+  #parse (texts: Texts): Read {
+    const certificate = texts.cert !== undefined && texts.key !== undefined ? clientCertificate(texts.cert, texts.key, this.names) : undefined
+    const ca = texts.ca === undefined ? undefined : trustedCas(texts.ca, this.names.ca)
+    return { texts, certificate, context: secureContext(certificate, ca, texts.ca, this.names) }
   }
 }
 
-function secureContext (c: ClientCertificate | undefined, ca: string[] | undefined, names: TlsNames): ConnectTls {
+/** Held-back files are looked at again at least this often (a timer's delay is bounded). */
+const RECHECK_MAX_MS = 86_400_000
+
+/** The files' content as read. */
+interface Texts { cert?: string | undefined, key?: string | undefined, ca?: string | undefined }
+
+interface Read {
+  texts: Texts
+  certificate: ClientCertificate | undefined
+  context: ConnectTls
+}
+
+function secureContext (c: ClientCertificate | undefined, ca: string[] | undefined, caText: string | undefined, names: TlsNames): ConnectTls {
   if (c === undefined && ca === undefined) return {}
   try {
     return { secureContext: createSecureContext({ ...(c !== undefined && { cert: c.cert, key: c.key }), ...(ca !== undefined && { ca }) }) }
   } catch (err) {
+    // which CA block cannot be read, when that is why (each parsed only now, on failure)
+    if (caText !== undefined) pemCertificates(caText, names.ca)
     // OpenSSL's reason only: its messages never carry the files' content
     const which = [...(c !== undefined ? [names.cert, names.key] : []), ...(ca !== undefined ? [names.ca] : [])].join(', ')
     throw new TlsFileError(`${which}: TLS cannot use them: ${(err as Error).message}`)

@@ -89,3 +89,53 @@ t.test('a client certificate for an http server is not presented: a warning, or 
     ['AUTH_CLIENT_AUTH=tls_client_auth needs an https auth server: http://sso.internal/realms/r is http, where no client certificate is presented'])
 })
 
+
+t.test('a large CA bundle is parsed by TLS once per change of its content: a file touched or rewritten the same is not parsed again, and no certificate of it is parsed twice', async (t) => {
+  const dir = t.testdir({})
+  const ca = TestCa.create(join(dir, 'ca'))
+  const bundle = join(dir, 'bundle.pem')
+  // a company bundle: Node's own CAs and the test CA, several hundred certificates
+  const text = [...rootCertificates, readFileSync(ca.caFile, 'utf8')].join('\n')
+  writeFileSync(bundle, text)
+  const tls = await import('node:tls')
+  const crypto = await import('node:crypto')
+  const counts = { contexts: 0, parsed: 0 }
+  const { TlsFiles } = await t.mockImport<typeof import('../../src/tls/files.js')>('../../src/tls/files.js', {
+    'node:tls': { ...tls, createSecureContext: (...args: Parameters<typeof tls.createSecureContext>) => { counts.contexts++; return tls.createSecureContext(...args) } },
+    '../../src/tls/certificate.js': await t.mockImport('../../src/tls/certificate.js', {
+      'node:crypto': { ...crypto, X509Certificate: class extends crypto.X509Certificate { constructor (...args: ConstructorParameters<typeof crypto.X509Certificate>) { super(...args); counts.parsed++ } } }
+    })
+  })
+  const { captureLogger } = await import('../helpers/log.js')
+  const files = await TlsFiles.load('upstream', { caFile: bundle }, { cert: 'UPSTREAM_TLS_CERT_FILE', key: 'UPSTREAM_TLS_KEY_FILE', ca: 'UPSTREAM_TLS_CA_FILE' }, captureLogger().logger)
+  files.watch()
+  t.teardown(() => files.close())
+  t.same(counts, { contexts: 1, parsed: 0 }, 'read at start: one TLS context, the certificates parsed by TLS only')
+  let changes = 0
+  files.on('change', () => { changes++ })
+  for (let i = 0; i < 3; i++) {
+    writeFileSync(bundle, text)
+    await new Promise((resolve) => setTimeout(resolve, 1_300))
+  }
+  t.same(counts, { contexts: 1, parsed: 0 }, 'rewritten three times with the same content: nothing parsed again')
+  writeFileSync(bundle, `${text}\n${readFileSync(ca.issue('intermediate', { cn: 'intermediate' }).certFile, 'utf8')}`)
+  const { until } = await import('../helpers/build.js')
+  await until(() => changes === 1, 4_000)
+  t.same(counts, { contexts: 2, parsed: 0 }, 'changed: one new context, made once')
+  const log = captureLogger()
+  const watched = await TlsFiles.load('upstream', { caFile: bundle }, { cert: 'UPSTREAM_TLS_CERT_FILE', key: 'UPSTREAM_TLS_KEY_FILE', ca: 'UPSTREAM_TLS_CA_FILE' }, log.logger)
+  watched.watch()
+  t.teardown(() => watched.close())
+  let taken = 0
+  watched.on('change', () => { taken++ })
+  const broken = [
+    [`${text}\n-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n`, /UPSTREAM_TLS_CA_FILE holds a PEM block that is not a certificate \(the \d+th\)/],
+    [text.slice(0, text.length - 200), /UPSTREAM_TLS_CA_FILE holds a PEM block without its end/]
+  ] as const
+  for (const [content, said] of broken) {
+    writeFileSync(bundle, content)
+    await until(() => log.records().some((r) => said.test(String(r.reason))), 4_000)
+  }
+  t.equal(taken, 0, 'a broken bundle is never taken, each said')
+  t.equal(counts.parsed, 0, 'no certificate of the bundle parsed one by one')
+})

@@ -26,10 +26,10 @@ export interface DpopCall {
  * token's binding (`cnf.jkt`) to the proof's key, `ath`, `htm`, `htu`
  * against the URL it was reached at, `iat`, single-use `jti`, and with
  * `nonce` its own nonce (`DPoP-Nonce` on every answer, 401 use_dpop_nonce for
- * a stale one). Answers 200 (101 for a WebSocket) with what it saw; closed in
- * teardown.
+ * a stale one; with `rotateOnSwitch`, a new one comes with each 101). Answers
+ * 200 (101 for a WebSocket) with what it saw; closed in teardown.
  */
-export async function dpopApi (t: Test, tokens: () => TokenServer, options: { nonce?: boolean } = {}): Promise<{ url: string, calls: DpopCall[], proofs: DpopVerifier }> {
+export async function dpopApi (t: Test, tokens: () => TokenServer, options: { nonce?: boolean, rotateOnSwitch?: boolean } = {}): Promise<{ url: string, calls: DpopCall[], proofs: DpopVerifier }> {
   const proofs = new DpopVerifier({ nonce: options.nonce ?? false })
   const calls: DpopCall[] = []
   let origin = ''
@@ -66,6 +66,11 @@ export async function dpopApi (t: Test, tokens: () => TokenServer, options: { no
     })
   })
   const wss = new WebSocketServer({ noServer: true })
+  // the nonce goes with the switch too, a new one when asked
+  wss.on('headers', (headers) => {
+    if (options.rotateOnSwitch === true) proofs.rotateNonce()
+    if (proofs.nonce !== undefined) headers.push(`DPoP-Nonce: ${proofs.nonce}`)
+  })
   server.on('upgrade', (req, socket, head) => {
     check(req).then((verdict) => {
       const call: DpopCall = { method: req.method ?? '', url: req.url ?? '', websocket: true, status: verdict.ok ? 101 : 401, bodyBytes: 0 }

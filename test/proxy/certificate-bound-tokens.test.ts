@@ -102,3 +102,59 @@ t.test('an expired client certificate is shown to the auth server for nothing, d
   t.equal((await send(`${h.proxyUrl}/x`)).status, 200)
   t.ok(shown.length > 0 && shown.every((cn) => cn === 'sidecar-renewed'), `only the renewed certificate was shown (${shown.join(', ')})`)
 })
+
+for (const first of ['auth', 'upstream'] as const) {
+  t.test(`the same certificate in two files, one for the auth server and one for the upstream, renewed apart (the ${first} copy first): token and certificate always match`, async (t) => {
+    const dir = t.testdir({})
+    const ca = TestCa.create(join(dir, 'ca'))
+    const server = ca.issue('server', { cn: '127.0.0.1', san: 'IP:127.0.0.1' })
+    const old = ca.issue('old', { cn: 'sidecar-old' })
+    const renewed = ca.issue('renewed', { cn: 'sidecar-renewed' })
+    const copies = { auth: { cert: join(dir, 'auth.crt'), key: join(dir, 'auth.key') }, upstream: { cert: join(dir, 'upstream.crt'), key: join(dir, 'upstream.key') } }
+    for (const copy of Object.values(copies)) {
+      writeFileSync(copy.cert, old.cert)
+      writeFileSync(copy.key, old.key)
+    }
+    const tls = { key: server.key, cert: server.cert, ca: readFileSync(ca.caFile, 'utf8') }
+    const h = await build(t, {
+      AUTH_URL: '',
+      AUTH_ISSUER_URL: '{issuer}',
+      AUTH_GRANT_TYPE: 'client_credentials',
+      AUTH_CLIENT_AUTH: 'tls_client_auth',
+      AUTH_CLIENT_SECRET: '',
+      AUTH_USERNAME: '',
+      AUTH_PASSWORD: '',
+      AUTH_TLS_CERT_FILE: copies.auth.cert,
+      AUTH_TLS_KEY_FILE: copies.auth.key,
+      AUTH_TLS_CA_FILE: ca.caFile,
+      UPSTREAM_TLS_CERT_FILE: copies.upstream.cert,
+      UPSTREAM_TLS_KEY_FILE: copies.upstream.key,
+      UPSTREAM_TLS_CA_FILE: ca.caFile
+    }, { tls, mtls: { bound: true }, tlsClients: { 'legacy-app': 'sidecar-old' } }, { upstreamTls: tls })
+    await until(() => h.app.credential.ready())
+    h.tokenServer.tlsClients['legacy-app'] = 'sidecar-renewed'
+
+    const statuses: number[] = []
+    let running = true
+    const traffic = Promise.all(Array.from({ length: 4 }, async () => {
+      while (running) statuses.push((await fetch(`${h.proxyUrl}/y`)).status)
+    }))
+    const second = first === 'auth' ? 'upstream' : 'auth'
+    replace(copies[first].key, renewed.key)
+    replace(copies[first].cert, renewed.cert)
+    await until(() => h.log.lines.filter((l) => l.includes('client certificate renewed')).length === 1, 4_000)
+    // the other copy comes a while later, as another Secret's volume would
+    await new Promise((resolve) => setTimeout(resolve, 1_500))
+    replace(copies[second].key, renewed.key)
+    replace(copies[second].cert, renewed.cert)
+    await until(() => h.upstream.received.at(-1)?.certificate?.subject === 'sidecar-renewed', 5_000)
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    running = false
+    await traffic
+    t.ok(statuses.length > 40, `${statuses.length} requests across both renewals`)
+    t.same([...new Set(statuses)], [200], 'every one answered 200')
+    const mismatched = h.upstream.received.filter((r) => !r.tokenValid)
+    t.same(mismatched.map((r) => r.tokenReason), [], 'no token ever went over a connection presenting another certificate than its own')
+    t.equal(h.tokenServer.grants.filter((g) => g.status === 200).length, 2, 'one grant with each certificate, no renewal driven by a 401')
+  })
+}

@@ -194,3 +194,27 @@ t.test('a WebSocket to an HTTPS upstream: the handshake presents the client cert
   t.equal(echoed, 'echo:hello')
   t.same(presented, ['sidecar-first'], 'the upstream verified the certificate before the upgrade')
 })
+
+t.test('a renewal that cannot be presented (expired, or not valid yet) never replaces a good pair: said once, naming the file, and taken when its time comes', async (t) => {
+  const s = await setup(t)
+  const h = await sidecar(t, s)
+  t.equal((await send(`${h.proxyUrl}/x`)).status, 200)
+  const expired = s.ca.issue('expired', { cn: 'sidecar-expired', notBefore: new Date(Date.now() - 3 * 86400_000), notAfter: new Date(Date.now() - 86400_000) })
+  const early = s.ca.issue('early', { cn: 'sidecar-early', notBefore: new Date(Date.now() + 5_000), notAfter: new Date(Date.now() + 86400_000) })
+  for (const [what, pair, said] of [['expired', expired, /^the certificate in UPSTREAM_TLS_CERT_FILE expired at \d{4}-\S+: keeping the certificate in use, valid until \d{4}-/], ['not yet valid', early, /^the certificate in UPSTREAM_TLS_CERT_FILE is not valid before \d{4}-\S+: keeping the certificate in use, valid until/]] as const) {
+    const told = h.log.records().filter((r) => r.event === 'tls' && r.level === 40).length
+    replace(s.keyFile, pair.key)
+    replace(s.certFile, pair.cert)
+    await until(() => h.log.records().filter((r) => r.event === 'tls' && r.level === 40).length > told, 4_000)
+    t.match(h.log.records().filter((r) => r.event === 'tls' && r.level === 40).at(-1)!.reason, said, `${what}: said, naming the file`)
+    const statuses = await Promise.all(Array.from({ length: 5 }, async () => (await send(`${h.proxyUrl}/x`)).status))
+    t.same(statuses, [200, 200, 200, 200, 200], `${what}: the good pair keeps serving`)
+    t.equal(s.upstream.received.at(-1)!.certificate?.subject, 'sidecar-first')
+    t.equal((await send(`${h.adminUrl}/readyz`)).status, 200, `${what}: still ready`)
+  }
+  t.equal(h.log.records().filter((r) => r.event === 'tls' && r.level === 40).length, 2, 'each said once')
+  // the not-yet-valid pair, still in the files, is taken once its time comes
+  await until(() => h.log.lines.some((l) => l.includes('client certificate renewed')), 8_000)
+  t.equal((await send(`${h.proxyUrl}/x`)).status, 200)
+  t.equal(s.upstream.received.at(-1)!.certificate?.subject, 'sidecar-early')
+})

@@ -9,9 +9,9 @@ import { dpopApi } from '../helpers/dpop-api.js'
 import type { TokenManager } from '../../src/token/manager.js'
 
 /** A sidecar in DPoP mode in front of a strict DPoP API at `<api>/v1`, against a token server that requires DPoP. */
-async function dpopSidecar (t: Test, options: { nonce?: boolean, env?: Record<string, string>, tokens?: TokenServerOptions } = {}): Promise<{ h: Harness, api: Awaited<ReturnType<typeof dpopApi>> }> {
+async function dpopSidecar (t: Test, options: { nonce?: boolean, rotateOnSwitch?: boolean, env?: Record<string, string>, tokens?: TokenServerOptions } = {}): Promise<{ h: Harness, api: Awaited<ReturnType<typeof dpopApi>> }> {
   let h: Harness | undefined
-  const api = await dpopApi(t, () => h!.tokenServer, { nonce: options.nonce ?? false })
+  const api = await dpopApi(t, () => h!.tokenServer, { nonce: options.nonce ?? false, rotateOnSwitch: options.rotateOnSwitch ?? false })
   h = await build(t, { AUTH_DPOP: 'true', BASE_URL: `${api.url}/v1`, ...options.env }, { dpop: { required: true }, ...options.tokens })
   await until(() => h!.app.credential.ready())
   return { h, api }
@@ -163,6 +163,21 @@ t.test('a WebSocket handshake carries a proof (htu with http), and answers a non
   t.same(api.calls.map((c) => [c.websocket, c.status, c.error]), [[true, 401, 'use_dpop_nonce'], [true, 101, undefined]])
   t.match(api.calls[1]!.claims, { htm: 'GET', htu: `${api.url}/v1/socket`, nonce: api.proofs.nonce })
   t.equal(await refused(h.adminUrl, 'use_dpop_nonce'), 1)
+})
+
+t.test('a nonce the upstream sends with a WebSocket\'s 101 is the one the next proof carries', async (t) => {
+  const { h, api } = await dpopSidecar(t, { nonce: true, rotateOnSwitch: true })
+  t.equal((await fetch(`${h.proxyUrl}/a`)).status, 200)
+  const ws = new WebSocket(`${h.proxyUrl.replace('http', 'ws')}/socket`)
+  await new Promise<void>((resolve, reject) => {
+    ws.once('open', () => resolve())
+    ws.once('error', reject)
+  })
+  ws.close()
+  const switched = api.proofs.nonce
+  t.equal((await fetch(`${h.proxyUrl}/b`)).status, 200)
+  t.same(api.calls.map((c) => [c.websocket, c.status]), [[false, 401], [false, 200], [true, 101], [false, 200]], 'the request after the switch needed no replay')
+  t.equal(api.calls.at(-1)!.claims!.nonce, switched, 'its proof carried the nonce of the 101')
 })
 
 t.test('token requests carry proofs: the nonce asked for once, refresh and logout proven too', async (t) => {

@@ -50,6 +50,44 @@ t.test('a path route: its prefix removed, whole segments only, the longest prefi
   t.same(lines.map((l) => l.route), ['billing', 'billing', 'billing', 'billing', 'billing_v2', 'billing_v2', 'default', 'default', 'default'], 'the access line names the route')
 })
 
+t.test('a path route matched through percent-encoding: the decoded prefix is removed whole, requests and WebSocket handshakes alike', async (t) => {
+  const [api, v2] = await upstreams(t, undefined, 2)
+  const h = await build(t, {
+    ROUTE_API_BASE_URL: `${api!.url}/base`,
+    ROUTE_API_PATH: '/api',
+    ROUTE_V2_BASE_URL: `${v2!.url}/two`,
+    ROUTE_V2_PATH: '/api/v2'
+  })
+  await until(() => h.app.credential.ready())
+  const cases: Array<[string, FakeUpstream, string]> = [
+    ['/%61pi/x', api!, '/base/x'],
+    ['/%61%70%69/x?q=%61', api!, '/base/x?q=%61'],
+    ['/%61pi', api!, '/base/'],
+    ['/api/v%32/y', v2!, '/two/y'],
+    ['/%61pi/%76%32/y/%7A', v2!, '/two/y/%7A'],
+    ['/api/v2%2Fy', api!, '/base/v2%2Fy']
+  ]
+  for (const [target, up, forwarded] of cases) {
+    const before = up.received.length
+    t.equal(statusOf(await rawRequest(h.proxyPort, `GET ${target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`)), 200, target)
+    t.equal(up.received.length, before + 1, `${target}: to its route's upstream`)
+    t.equal(up.received.at(-1)?.url, forwarded, `${target}: forwarded as ${forwarded}`)
+  }
+  const { WebSocketServer } = await import('ws')
+  const { createServer } = await import('node:http')
+  const paths: string[] = []
+  const server = createServer()
+  const wss = new WebSocketServer({ server })
+  wss.on('connection', (ws, req) => { paths.push(req.url ?? ''); ws.close() })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { wss.close(); server.closeAllConnections(); server.close() })
+  const wsRoute = await build(t, { ROUTE_WS_BASE_URL: `http://127.0.0.1:${(server.address() as { port: number }).port}/socket`, ROUTE_WS_PATH: '/ws' })
+  await until(() => wsRoute.app.credential.ready())
+  const answer = await rawRequest(wsRoute.proxyPort, 'GET /%77s/live?x=1 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n', 1_000)
+  t.equal(statusOf(answer), 101, 'the handshake switched')
+  t.same(paths, ['/socket/live?x=1'], 'the handshake went to the route\'s base path, its prefix removed whole')
+})
+
 t.test('a path route cannot be escaped: dot segments, encoded or not, and encoded slashes are refused before any route', async (t) => {
   const [billing] = await upstreams(t, undefined, 1)
   const h = await build(t, { ROUTE_BILLING_BASE_URL: billing!.url, ROUTE_BILLING_PATH: '/billing' })
@@ -260,11 +298,16 @@ t.test('configuration mistakes are named at start, with the route, all at once',
     'route c: set exactly one of ROUTE_C_PORT (its own port) and ROUTE_C_PATH (a prefix on PROXY_PORT)',
     'route f: ROUTE_F_PORT is ADMIN_PORT; a route\'s port is its own (or use ROUTE_F_PATH for a prefix on PROXY_PORT)',
     'route g: ROUTE_G_PORT is PROXY_PORT; a route\'s port is its own (or use ROUTE_G_PATH for a prefix on PROXY_PORT)',
-    'route e: path /same is route d\'s too',
-    'route i: port 8082 is route h\'s too'
+    'route e: ROUTE_E_PATH=/same is ROUTE_D_PATH\'s too: one route per prefix',
+    'route i: ROUTE_I_PORT=8082 is ROUTE_H_PORT\'s too: one route per port'
   ])
+  t.same(problems({ ROUTE_x_BASE_URL: 'http://x', ROUTE_x_PATH: '/x' }), ['ROUTE_x_BASE_URL is not a route setting; did you mean ROUTE_X_BASE_URL?', 'ROUTE_x_PATH is not a route setting; did you mean ROUTE_X_PATH?'], 'a name in lower case: the variable it meant, never itself')
+  t.same(problems({ ROUTE_Y_BASE_URL: 'http://y', ROUTE_Y_PATH: '/y', ROUTE_Y_AUTH_CLIENT_SECRET_FIEL: 's' }), ['ROUTE_Y_AUTH_CLIENT_SECRET_FIEL is not a route setting; did you mean ROUTE_Y_AUTH_CLIENT_SECRET_FILE?'])
   t.same(problems({ ROUTE_DEFAULT_BASE_URL: 'http://x', ROUTE_DEFAULT_PATH: '/x' }), ['route default: the name is the default route\'s; choose another'])
-  t.same(problems({ ROUTE_X_BASE_URL: 'http://x', ROUTE_X_PATH: '/a/../b' }), ['ROUTE_X_PATH must be a path prefix such as /billing: segments of letters, digits and -._~'])
+  for (const path of ['/a/../b', '/v1..', '/a/./b', '/..v1']) {
+    t.same(problems({ ROUTE_X_BASE_URL: 'http://x', ROUTE_X_PATH: path }), ['ROUTE_X_PATH must be a path prefix such as /billing: segments of letters, digits and -._~, none of them . or holding ..'], path)
+  }
+  t.same(problems({ ROUTE_X_BASE_URL: 'http://x', ROUTE_X_PATH: '/v1.2' }), [], 'a dot within a segment is fine')
   t.same(problems({ ROUTE_X_BASE_URL: 'http://x', ROUTE_X_PATH: '/x', ROUTE_X_AUTH_CLIENT_AUTH: 'private_key_jwt' }), ['route x: ROUTE_X_AUTH_CLIENT_KEY_FILE is required with AUTH_CLIENT_AUTH=private_key_jwt'.replace('ROUTE_X_AUTH_CLIENT_KEY_FILE', 'AUTH_CLIENT_KEY_FILE').replace('AUTH_CLIENT_AUTH=', 'ROUTE_X_AUTH_CLIENT_AUTH=')])
   t.same(problems({ ROUTE_X_BASE_URL: 'http://x', ROUTE_X_PATH: '/x', ROUTE_X_AUTH_EXCHANGE_SCOPE: 'a' }), ['route x: ROUTE_X_AUTH_EXCHANGE_SCOPE is used only with ROUTE_X_AUTH_EXCHANGE_AUDIENCE'])
   t.same(problems({ ROUTE_A_B_BASE_URL: 'http://x', ROUTE_A_B_PORT: '8090' }), [], 'a name with _: ROUTE_A_B_PORT is route a_b\'s PORT')

@@ -1,7 +1,10 @@
+import { spawn } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import { join } from 'node:path'
 import { createServer, type Server, type Socket } from 'node:net'
-import { request as httpRequest } from 'node:http'
+import { Agent, request as httpRequest } from 'node:http'
 import t, { type Test } from 'tap'
-import { build, metric, rawRequest, send, statusOf, until } from '../helpers/build.js'
+import { build, metric, rawRequest, send, statusOf, until, type Reply } from '../helpers/build.js'
 
 /**
  * A raw TCP upstream: `answer(requestHead, socket, index)` decides what each
@@ -155,6 +158,101 @@ t.test('300 clients that leave together, a slow upstream, 128 connections: the 1
   t.equal(h.upstream.received.length, 128, 'none of the queued ones was sent')
   // undici replaces each connection it closed to abort a request in flight, for that dead request: at most 128 more
   t.ok(h.upstream.connections <= 256, `and no connection was opened for them (${h.upstream.connections} in all)`)
+})
+
+t.test('300 clients of a load generator that leave together, a slow upstream, 128 connections: a place freed by one client that left is never handed to another that has left too', async (t) => {
+  const h = await build(t, { UPSTREAM_TIMEOUT_MS: '30000' })
+  await until(() => h.app.credential.ready())
+  const left = join(t.testdir({}), 'left')
+  // the clients in a process of their own, as a load generator's
+  const clients = spawn(process.execPath, ['-e', `
+    const { request } = require('node:http')
+    const { writeFileSync } = require('node:fs')
+    const requests = []
+    let closed = 0
+    for (let i = 0; i < 300; i++) {
+      const req = request('${h.proxyUrl}/_slow/10000?' + i, { agent: false })
+      req.on('error', () => {})
+      req.on('close', () => { if (++closed === 300) process.exit(0) })
+      req.end()
+      requests.push(req)
+    }
+    process.stdin.once('data', () => {
+      for (const req of requests) req.destroy()
+      writeFileSync(${JSON.stringify(left)}, '')
+    })
+  `], { stdio: ['pipe', 'ignore', 'ignore'] })
+  await until(() => h.upstream.received.length === 128, 10_000)
+  // the others are read and queued by now
+  await new Promise((resolve) => setTimeout(resolve, 500))
+  clients.stdin!.write('leave\n')
+  // the sidecar is busy while they leave: every departure has arrived when it reads the next one
+  const busyUntil = Date.now() + 5_000
+  while (!existsSync(left) && Date.now() < busyUntil);
+  for (const end = Date.now() + 50; Date.now() < end;);
+  await new Promise((resolve) => clients.once('exit', resolve))
+  await until(() => h.upstream.inFlight === 0, 3_000).catch(() => {})
+  await new Promise((resolve) => setTimeout(resolve, 500))
+  t.equal(h.upstream.inFlight, 0, 'every one in flight was aborted')
+  t.equal(h.upstream.received.length, 128, `none of the queued ones reached the upstream (${h.upstream.received.length - 128})`)
+  // undici replaces each connection it closed to abort a request in flight, for that dead request: at most 128 more
+  t.ok(h.upstream.connections <= 256, `no connection was opened for a request whose client had left (${h.upstream.connections} in all)`)
+  t.equal((await send(`${h.proxyUrl}/after`)).status, 200, 'the pool serves the next client')
+})
+
+t.test('answers without a body that announce a length (304, HEAD, 204): relayed as they are, and the connection kept', async (t) => {
+  const answers: Record<string, string> = {
+    '/not-modified': 'HTTP/1.1 304 Not Modified\r\netag: "v7"\r\ncontent-length: 1234\r\n\r\n',
+    '/no-content': 'HTTP/1.1 204 No Content\r\netag: "v8"\r\n\r\n'
+  }
+  const up = await rawUpstream(t, (head, socket) => {
+    const path = /^\S+ (\S+)/.exec(head)![1]!
+    if (head.startsWith('HEAD')) return void socket.write('HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5000\r\n\r\n')
+    socket.write(answers[path] ?? OK)
+  })
+  const h = await build(t, { BASE_URL: up.url })
+  await until(() => h.app.credential.ready())
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+  t.teardown(() => agent.destroy())
+  const ask = async (method: string, path: string): Promise<Reply> => await new Promise((resolve, reject) => {
+    const req = httpRequest(`${h.proxyUrl}${path}`, { method, agent, headers: { 'if-none-match': '"v7"' } }, (res) => {
+      const chunks: Buffer[] = []
+      res.on('data', (c: Buffer) => chunks.push(c))
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString() }))
+    })
+    req.on('error', reject)
+    req.end()
+  })
+  const notModified = await ask('GET', '/not-modified')
+  t.equal(notModified.status, 304, 'a 304 that announces the length of what it stands for')
+  t.equal(notModified.headers.etag, '"v7"')
+  t.equal(notModified.body, '')
+  const head = await ask('HEAD', '/doc')
+  t.equal(head.status, 200)
+  t.equal(head.headers['content-length'], '5000', 'a HEAD\'s length is the document\'s')
+  const noContent = await ask('GET', '/no-content')
+  t.equal(noContent.status, 204)
+  t.equal((await ask('GET', '/after')).status, 200, 'the next request on the same connection is served')
+  t.equal(await metric(h.adminUrl, 'auth_sidecar_upstream_errors_total{reason="unreachable",route="default"}'), 0, 'no failure counted')
+})
+
+t.test('the sidecar\'s own error answer carries none of the upstream\'s headers', async (t) => {
+  const up = await rawUpstream(t, (_head, socket) => {
+    // a status and headers, then a body cut short: the answer fails before the client has any of it
+    socket.write('HTTP/1.1 200 OK\r\netag: "upstream-etag"\r\nset-cookie: session=upstream\r\ncontent-length: 10\r\n\r\n')
+    setTimeout(() => socket.destroy(), 20)
+  })
+  const h = await build(t, { BASE_URL: up.url })
+  await until(() => h.app.credential.ready())
+  const res = await send(`${h.proxyUrl}/x`).catch((err: Error) => err)
+  if (res instanceof Error) {
+    t.pass(`the answer had begun: the connection is cut (${res.message})`)
+    return
+  }
+  t.equal(res.status, 502)
+  t.equal(res.headers.etag, undefined, 'no etag of the upstream\'s')
+  t.equal(res.headers['set-cookie'], undefined, 'no cookie of the upstream\'s')
+  t.equal(JSON.parse(res.body).error, 'upstream_unreachable')
 })
 
 /** Every line logged, raw: no stack trace may be in any. */

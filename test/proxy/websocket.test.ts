@@ -131,7 +131,9 @@ t.test('handshakes that cannot be forwarded faithfully get 400 before anything r
     ['a repeated subprotocol', `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}Sec-WebSocket-Protocol: a, a\r\n\r\n`],
     ['two Sec-WebSocket-Protocol headers', `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}Sec-WebSocket-Protocol: a\r\nSec-WebSocket-Protocol: b\r\n\r\n`],
     ['no key', 'GET /x HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n'],
-    ['an unknown version', `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE.replace('Version: 13', 'Version: 8')}\r\n`]
+    ['an unknown version', `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE.replace('Version: 13', 'Version: 8')}\r\n`],
+    ['a body', `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}Content-Length: 5\r\n\r\nhello`],
+    ['a chunked body', `GET /x HTTP/1.1\r\nHost: x\r\n${HANDSHAKE}Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n`]
   ]
   for (let round = 0; round < 5; round++) {
     for (const [name, text] of cases) t.equal(statusOf(await rawRequest(h.proxyPort, text)), 400, `${name} (round ${round + 1})`)
