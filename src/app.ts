@@ -6,7 +6,7 @@ import type pino from 'pino'
 import { buildAdmin } from './admin/server.js'
 import { createMetrics, type Metrics } from './admin/metrics.js'
 import type { Config, RouteConfig } from './config/load.js'
-import { Credentials, type HeldCredential } from './credentials.js'
+import { CredentialRegistry, type HeldCredential } from './token/registry.js'
 import { createDispatcher, websocketEgress } from './dispatcher.js'
 import type { ProxyEvents } from './proxy/context.js'
 import { proxyRoute } from './proxy/route.js'
@@ -91,7 +91,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   }
 
   // The TLS files, read once each; a certificate used both ways is one object.
-  const tls = new TlsFileSets(logger.child({ component: 'tls' }))
+  const tls = new TlsFileSets(logger.child({ component: 'tls' }), config.extraCaFile)
   // The auth server's connections, a set per credential: one credential's
   // hanging requests never hold up another's grants.
   const authConnections: TlsDispatcher[] = []
@@ -101,7 +101,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     authConnections.push(connections)
     return { http: createAuthHttp(connections), refusal: () => connections.refusal() }
   }
-  const credentials = new Credentials({ config, httpFor, tls, secrets, clock: deps.clock ?? systemClock, log: logger })
+  const credentials = new CredentialRegistry({ config, httpFor, tls, secrets, clock: deps.clock ?? systemClock, log: logger })
   try {
     for (const route of config.routes) await credentials.of(route.credential)
   } catch (err) {
@@ -281,7 +281,7 @@ async function drain (listener: Listener, graceMs: number, logger: pino.Logger):
 }
 
 /** Why the sidecar is not ready: the routes whose credential has no valid token, each with its reason. */
-function notReady (config: Config, credentials: Credentials, upstreams: Map<RouteConfig, TlsDispatcher>): { reason: string, routes?: Record<string, string> } | undefined {
+function notReady (config: Config, credentials: CredentialRegistry, upstreams: Map<RouteConfig, TlsDispatcher>): { reason: string, routes?: Record<string, string> } | undefined {
   const reasons = new Map<string, string>()
   for (const route of config.routes) {
     const credential = credentials.all.find((c) => c.config === route.credential)!.credential

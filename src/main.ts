@@ -1,6 +1,7 @@
+import { parseArgs } from 'node:util'
 import closeWithGrace from 'close-with-grace'
 import { buildApp, ListenError } from './app.js'
-import { TlsFileError } from './tls/certificate.js'
+import { TlsFileError } from './config/pem.js'
 import { ConfigError, loadConfig, type Config } from './config/load.js'
 import { createLogger } from './logger.js'
 import { runCheck } from './check/run.js'
@@ -12,17 +13,20 @@ if (args[0] === 'check') {
   const code = await runCheck(process.env, args.slice(1), (text) => process.stdout.write(text))
   process.exit(code)
 }
-if (args.includes('--help') || args.includes('-h')) {
+let flags: { help?: boolean, version?: boolean }
+try {
+  flags = parseArgs({ args, options: { help: { type: 'boolean', short: 'h' }, version: { type: 'boolean', short: 'v' } } }).values
+} catch (err) {
+  process.stderr.write(`auth-sidecar: ${(err as Error).message.replace(/\. To specify a positional[\s\S]*$/, '').slice(0, 200)}; see --help\n`)
+  process.exit(2)
+}
+if (flags.help === true) {
   process.stdout.write(usage())
   process.exit(0)
 }
-if (args.includes('--version') || args.includes('-v')) {
+if (flags.version === true) {
   process.stdout.write(`${VERSION}\n`)
   process.exit(0)
-}
-if (args.length > 0) {
-  process.stderr.write(`auth-sidecar: unknown argument ${JSON.stringify(args[0]).slice(0, 80)}; see --help\n`)
-  process.exit(2)
 }
 
 let config: Config

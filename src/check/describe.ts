@@ -1,3 +1,4 @@
+import { decodeJwt } from 'jose'
 import type { Config } from '../config/load.js'
 import { GrantError, type TokenSet } from '../token/grant.js'
 
@@ -75,13 +76,11 @@ export function certificateBinding (set: TokenSet, upstreams: Array<{ route: str
 
 /** A JWT's payload, unverified (for what `check` shows), or undefined for an opaque token. */
 export function payloadOf (token: string): Record<string, unknown> | undefined {
-  const parts = token.split('.')
-  if (parts.length !== 3) return undefined
   try {
-    const parsed = JSON.parse(Buffer.from(parts[1]!, 'base64url').toString('utf8')) as unknown
-    if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) return parsed as Record<string, unknown>
-  } catch {}
-  return undefined
+    return decodeJwt(token)
+  } catch {
+    return undefined
+  }
 }
 
 const TLS_CODES = /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER|ERR_TLS|ERR_SSL|EPROTO/

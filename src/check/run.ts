@@ -1,9 +1,10 @@
 import { METHODS } from 'node:http'
+import { parseArgs } from 'node:util'
 import type { Readable } from 'node:stream'
 import { Writable } from 'node:stream'
 import { buildApp, type App } from '../app.js'
 import { ConfigError, loadConfig, type Config, type CredentialConfig } from '../config/load.js'
-import type { HeldCredential } from '../credentials.js'
+import type { HeldCredential } from '../token/registry.js'
 import { wellKnownUrl } from '../config/auth.js'
 import { errorBody, ERRORS, type ErrorCode } from '../errors.js'
 import { createLogger } from '../logger.js'
@@ -37,35 +38,29 @@ Exit codes: 0 all passed, 1 configuration, 2 usage, 3 discovery, 4 grant,
 `
 }
 
-interface CheckArgs { path: string, method: string }
+interface CheckArgs { path: string, method: string, help: boolean }
 
-function parseArgs (args: string[]): CheckArgs | string {
-  const parsed: CheckArgs = { path: '/', method: 'GET' }
-  for (let i = 0; i < args.length; i++) {
-    const arg = args[i]!
-    const [name, inline] = arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined]
-    if (name !== '--path' && name !== '--method') return `unknown argument ${JSON.stringify(arg).slice(0, 80)}`
-    const value = inline ?? args[++i]
-    if (value === undefined) return `${name} needs a value`
-    if (name === '--path') {
-      if (!value.startsWith('/')) return '--path must start with /'
-      parsed.path = value
-    } else {
-      const method = value.toUpperCase()
-      // what the proxy forwards: Node's methods but TRACE and CONNECT
-      if (!METHODS.includes(method) || method === 'TRACE' || method === 'CONNECT') return '--method must be an HTTP method the proxy forwards, such as GET'
-      parsed.method = method
-    }
+/** `check`'s arguments, or what is wrong with them. */
+function checkArgs (args: string[]): CheckArgs | string {
+  let values
+  try {
+    values = parseArgs({ args, options: { path: { type: 'string', default: '/' }, method: { type: 'string', default: 'GET' }, help: { type: 'boolean', short: 'h', default: false } } }).values
+  } catch (err) {
+    return (err as Error).message.replace(/\. To specify a positional[\s\S]*$/, '').slice(0, 200)
   }
-  return parsed
+  if (!values.path.startsWith('/')) return '--path must start with /'
+  const method = values.method.toUpperCase()
+  // what the proxy forwards: Node's methods but TRACE and CONNECT
+  if (!METHODS.includes(method) || method === 'TRACE' || method === 'CONNECT') return '--method must be an HTTP method the proxy forwards, such as GET'
+  return { path: values.path, method, help: values.help }
 }
 
 export async function runCheck (env: NodeJS.ProcessEnv, args: string[], write: (text: string) => void, cwd?: string): Promise<number> {
-  if (args.includes('--help') || args.includes('-h')) {
+  const parsed = checkArgs(args)
+  if (typeof parsed !== 'string' && parsed.help) {
     write(checkUsage())
     return CHECK_EXIT.ok
   }
-  const parsed = parseArgs(args)
   if (typeof parsed === 'string') {
     write(`auth-sidecar check: ${parsed}; see check --help\n`)
     return CHECK_EXIT.usage

@@ -2,7 +2,8 @@ import { unwatchFile, watchFile } from 'node:fs'
 import { readSecretFile } from './secret-file.js'
 import type { Config, CredentialSource } from './types.js'
 
-export interface Credentials {
+/** The secret values of a credential as they are at one moment, from the environment or their files. */
+export interface SecretValues {
   /** absent with client_credentials */
   username?: string
   password?: string
@@ -44,8 +45,8 @@ export class CredentialStore {
   }
 
   /** The credentials as they are now. */
-  async read (): Promise<Credentials> {
-    const creds: Credentials = {}
+  async read (): Promise<SecretValues> {
+    const creds: SecretValues = {}
     for (const name of NAMES) {
       const source = this.#sources[name]
       if (source !== undefined) creds[name] = await this.#value(source)

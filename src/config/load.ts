@@ -129,6 +129,7 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
     shutdownGraceMs: num('SHUTDOWN_GRACE_MS'),
     routes: [defaultRoute, ...routes],
     egress,
+    ...(env.NODE_EXTRA_CA_CERTS !== undefined && env.NODE_EXTRA_CA_CERTS !== '' && { extraCaFile: env.NODE_EXTRA_CA_CERTS }),
     warnings
   }
 }

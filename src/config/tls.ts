@@ -1,5 +1,5 @@
 import { resolve } from 'node:path'
-import { clientCertificate, pemCertificates, type TlsNames } from '../tls/certificate.js'
+import { clientCertificate, pemCertificates, type TlsNames } from './pem.js'
 import { MAX_CA_FILE_BYTES, MAX_SECRET_FILE_BYTES, readSecretFileSync } from './secret-file.js'
 import type { TlsPaths } from './types.js'
 

@@ -124,6 +124,8 @@ export interface Config {
   routes: RouteConfig[]
   /** corporate egress proxy (HTTPS_PROXY, HTTP_PROXY, NO_PROXY, any case), for the upstream and the auth server */
   egress: { httpProxy?: string, httpsProxy?: string, noProxy?: string }
+  /** NODE_EXTRA_CA_CERTS (the process's environment only: Node reads it at start), whose CAs a CA file's are trusted with */
+  extraCaFile?: string
   /** things worth telling the operator that do not stop the start (misspelt names, say) */
   warnings: string[]
 }

@@ -1,7 +1,7 @@
 import type { EventEmitter } from 'node:events'
-import type { SecureContext } from 'node:tls'
 import type { Dispatcher } from 'undici'
 import type { Logger } from '../logger.js'
+import type { ConnectTls } from '../tls/files.js'
 import type { RequestCredential } from '../token/credential.js'
 import type { AccessLine } from './access-log.js'
 import type { Admission } from './admission.js'
@@ -43,11 +43,6 @@ export interface ProxyEvents {
   upstream_error: [error: UpstreamError]
 }
 
-/** What a connection presents and trusts, for the WebSocket client (ws takes Node's TLS options). */
-export interface ConnectionTls {
-  secureContext?: SecureContext
-}
-
 /**
  * A route's connections to its upstream, TLS verified: each request takes
  * the pool whose client certificate matches its token's (a certificate-bound
@@ -61,7 +56,7 @@ export interface UpstreamConnections {
   /** the thumbprint of the certificate new connections present; undefined for none */
   readonly certificate: string | undefined
   /** the same for a connection made outside the pools (a WebSocket's) */
-  tlsFor(certificate: string | undefined): ConnectionTls | undefined
+  tlsFor(certificate: string | undefined): ConnectTls | undefined
   /** why the client certificate cannot be presented now (expired, not yet valid); undefined when it can, or there is none */
   unusable(): string | undefined
   /** the subject of the client certificate presented, for messages */

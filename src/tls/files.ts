@@ -5,7 +5,9 @@ import { SECRET_FILE_POLL_MS } from '../config/credentials.js'
 import { MAX_CA_FILE_BYTES, MAX_SECRET_FILE_BYTES, readSecretFile } from '../config/secret-file.js'
 import type { TlsPaths } from '../config/types.js'
 import type { Logger } from '../logger.js'
-import { clientCertificate, pemCertificates, TlsFileError, trustedCas, validity, type ClientCertificate, type TlsNames } from './certificate.js'
+import { readFileSync } from 'node:fs'
+import { clientCertificate, PEM_CERTIFICATE, pemCertificates, TlsFileError, type ClientCertificate, type TlsNames } from '../config/pem.js'
+import { trustedCas, validity } from './certificate.js'
 
 export { TlsFileError }
 
@@ -52,17 +54,21 @@ export class TlsFiles extends EventEmitter<TlsFilesEvents> {
   #again = false
   #watching = false
 
-  private constructor (which: string, paths: TlsPaths, names: TlsNames, log: Logger) {
+  /** NODE_EXTRA_CA_CERTS's certificates, trusted with a CA file's */
+  readonly #extraCas: readonly string[]
+
+  private constructor (which: string, paths: TlsPaths, names: TlsNames, log: Logger, extraCas: readonly string[]) {
     super()
     this.which = which
     this.paths = paths
     this.names = names
     this.#log = log
+    this.#extraCas = extraCas
   }
 
   /** Reads the files once; throws a TlsFileError naming the file that cannot be used. */
-  static async load (which: string, paths: TlsPaths, names: TlsNames, log: Logger): Promise<TlsFiles> {
-    const files = new TlsFiles(which, paths, names, log)
+  static async load (which: string, paths: TlsPaths, names: TlsNames, log: Logger, extraCas: readonly string[] = []): Promise<TlsFiles> {
+    const files = new TlsFiles(which, paths, names, log, extraCas)
     files.#use(files.#parse(await files.#texts()))
     return files
   }
@@ -187,7 +193,7 @@ export class TlsFiles extends EventEmitter<TlsFilesEvents> {
 
   #parse (texts: Texts): Read {
     const certificate = texts.cert !== undefined && texts.key !== undefined ? clientCertificate(texts.cert, texts.key, this.names) : undefined
-    const ca = texts.ca === undefined ? undefined : trustedCas(texts.ca, this.names.ca)
+    const ca = texts.ca === undefined ? undefined : trustedCas(texts.ca, this.names.ca, this.#extraCas)
     return { texts, certificate, context: secureContext(certificate, ca, texts.ca, this.names) }
   }
 }
@@ -222,8 +228,24 @@ export class TlsFileSets {
   readonly #log: Logger
   readonly #sets = new Map<string, Promise<TlsFiles>>()
 
-  constructor (log: Logger) {
+  readonly #extraCaFile: string | undefined
+  #extraCas: string[] | undefined
+
+  /** `extraCaFile`: NODE_EXTRA_CA_CERTS, whose CAs a CA file's are trusted with */
+  constructor (log: Logger, extraCaFile?: string) {
     this.#log = log
+    this.#extraCaFile = extraCaFile
+  }
+
+  /** NODE_EXTRA_CA_CERTS's certificates, read once; Node itself warns when the file cannot be read. */
+  #extra (): string[] {
+    if (this.#extraCas !== undefined) return this.#extraCas
+    try {
+      this.#extraCas = this.#extraCaFile === undefined ? [] : readFileSync(this.#extraCaFile, 'utf8').match(PEM_CERTIFICATE) ?? []
+    } catch {
+      this.#extraCas = []
+    }
+    return this.#extraCas
   }
 
   /** The files at `paths`, read once; throws a TlsFileError when they cannot be used. */
@@ -231,7 +253,7 @@ export class TlsFileSets {
     const key = JSON.stringify([paths.certFile, paths.keyFile, paths.caFile])
     let files = this.#sets.get(key)
     if (files === undefined) {
-      files = TlsFiles.load(which, paths, names, this.#log)
+      files = TlsFiles.load(which, paths, names, this.#log, paths.caFile === undefined ? [] : this.#extra())
       this.#sets.set(key, files)
     }
     return await files

@@ -1,8 +1,8 @@
 import { EventEmitter } from 'node:events'
-import type { Credentials } from '../config/credentials.js'
+import type { SecretValues } from '../config/credentials.js'
 import type { Authorization, Credential, CredentialEvents, LogoutResult, Verdict } from './credential.js'
 
-type Store = { read(): Promise<Credentials>, onChange?(listener: () => void): void }
+type Store = { read(): Promise<SecretValues>, onChange?(listener: () => void): void }
 
 /** AUTH_MODE=basic: a fixed RFC 7617 header, rebuilt when a credential file changes. */
 export class BasicCredential implements Credential {
@@ -11,7 +11,7 @@ export class BasicCredential implements Credential {
   readonly #credentials: Store
   #authorization: Authorization
 
-  private constructor (credentials: Store, first: Credentials) {
+  private constructor (credentials: Store, first: SecretValues) {
     this.#credentials = credentials
     this.#authorization = build(first)
   }
@@ -38,6 +38,6 @@ export class BasicCredential implements Credential {
   endSession (): Promise<LogoutResult> { return Promise.resolve({ outcome: 'skipped', detail: 'basic mode has no session' }) }
 }
 
-function build ({ username = '', password = '' }: Credentials): Authorization {
+function build ({ username = '', password = '' }: SecretValues): Authorization {
   return { header: `Basic ${Buffer.from(`${username}:${password}`, 'utf8').toString('base64')}`, prove: undefined }
 }

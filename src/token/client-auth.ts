@@ -2,7 +2,7 @@ import { createPublicKey, webcrypto } from 'node:crypto'
 import { calculateJwkThumbprint, decodeJwt, exportJWK } from 'jose'
 import * as oauth from 'oauth4webapi'
 import { parseClientKey, type KeyAlgorithm } from '../config/client-key.js'
-import type { Credentials } from '../config/credentials.js'
+import type { SecretValues } from '../config/credentials.js'
 import type { ClientAuth } from '../config/load.js'
 import { GrantError } from './grant.js'
 
@@ -57,7 +57,7 @@ export class ClientAuthenticator {
   }
 
   /** The client authentication for one request whose assertion names `audience` (the token endpoint). */
-  async forRequest (creds: Credentials, audience: string): Promise<oauth.ClientAuth> {
+  async forRequest (creds: SecretValues, audience: string): Promise<oauth.ClientAuth> {
     const secret = creds.clientSecret === '' ? undefined : creds.clientSecret
     const claims = (alg: string, kid?: string): oauth.ModifyAssertionOptions => ({
       [oauth.modifyAssertion]: (header, payload) => {
@@ -86,7 +86,7 @@ export class ClientAuthenticator {
   }
 
   /** The key's algorithm and kid as assertions carry them (the `check` command says them). */
-  async keyDescription (creds: Credentials): Promise<{ alg: KeyAlgorithm, kid: string } | undefined> {
+  async keyDescription (creds: SecretValues): Promise<{ alg: KeyAlgorithm, kid: string } | undefined> {
     if (this.#o.clientAuth !== 'private_key_jwt') return undefined
     const { alg, kid } = await this.#signingKey(creds.clientKey ?? '')
     return { alg, kid }

@@ -1,5 +1,5 @@
 import * as oauth from 'oauth4webapi'
-import type { Credentials } from '../config/credentials.js'
+import type { SecretValues } from '../config/credentials.js'
 import type { PrimaryGrant } from '../config/load.js'
 import type { Logger } from '../logger.js'
 import type { SecretScrubber } from '../secrets.js'
@@ -28,7 +28,7 @@ export interface OAuthClientOptions {
   client: ClientAuthenticator
   /** AUTH_SCOPE and AUTH_TOKEN_PARAMS, for every grant */
   extras: GrantExtras
-  credentials: { read(): Promise<Credentials> }
+  credentials: { read(): Promise<SecretValues> }
   http: AuthHttp
   /** AUTH_TLS_*: why the client certificate cannot be presented now, if it cannot; whether one is presented; the server's refusal of it just now */
   tls?: { unusable(): string | undefined, readonly presents: boolean, refusal(): string | undefined }
@@ -191,7 +191,7 @@ export class OAuthClient {
   }
 
   /** One grant, its fields made from the credentials as they are now. */
-  async #send (grant: string, own: (creds: Credentials) => Fields, extras: GrantExtras): Promise<TokenSet> {
+  async #send (grant: string, own: (creds: SecretValues) => Fields, extras: GrantExtras): Promise<TokenSet> {
     const creds = await this.#o.credentials.read()
     this.#o.secrets.add(creds.clientSecret)
     const fields = grantFields(grant, own(creds), extras)
@@ -227,7 +227,7 @@ export class OAuthClient {
    * DPoP mode a `use_dpop_nonce` answer is followed by one more try, the
    * proof then carrying the nonce the server sent; never a loop.
    */
-  async #post (grant: string, url: string, fields: Fields, creds: Credentials): Promise<TokenSet> {
+  async #post (grant: string, url: string, fields: Fields, creds: SecretValues): Promise<TokenSet> {
     const as = this.#metadata(url)
     for (let attempt = 0; ; attempt++) {
       const auth = await this.#o.client.forRequest(creds, url)

@@ -102,7 +102,7 @@ t.test('a large CA bundle is parsed by TLS once per change of its content: a fil
   const counts = { contexts: 0, parsed: 0 }
   const { TlsFiles } = await t.mockImport<typeof import('../../src/tls/files.js')>('../../src/tls/files.js', {
     'node:tls': { ...tls, createSecureContext: (...args: Parameters<typeof tls.createSecureContext>) => { counts.contexts++; return tls.createSecureContext(...args) } },
-    '../../src/tls/certificate.js': await t.mockImport('../../src/tls/certificate.js', {
+    '../../src/config/pem.js': await t.mockImport('../../src/config/pem.js', {
       'node:crypto': { ...crypto, X509Certificate: class extends crypto.X509Certificate { constructor (...args: ConstructorParameters<typeof crypto.X509Certificate>) { super(...args); counts.parsed++ } } }
     })
   })

@@ -33,11 +33,13 @@ t.test('no import cycles between the modules of src/', async (t) => {
   t.ok(edges.size > 20, `${edges.size} modules read`)
 })
 
-t.test('config/ and tls/ do not depend on token/ or proxy/, token/ not on proxy/; the proxy knows credentials by their contract only', async (t) => {
+t.test('config/ depends on no other folder, tls/ on config/ only, token/ not on proxy/; the proxy knows credentials by their contract only; only main.ts hands over the environment', async (t) => {
   for (const file of files) {
     const rel = relative(`${root}src`, file)
-    const imports = [...readFileSync(file, 'utf8').matchAll(/from '(\.[^']+)'/g)].map((m) => join(rel, '..', m[1]!))
-    if (rel.startsWith('config/')) t.same(imports.filter((i) => /^(token|proxy|admin)\//.test(i)), [], rel)
+    const text = readFileSync(file, 'utf8')
+    const imports = [...text.matchAll(/from '(\.[^']+)'/g)].map((m) => join(rel, '..', m[1]!))
+    if (rel.startsWith('config/')) t.same(imports.filter((i) => !i.startsWith('config/')), [], rel)
+    if (rel !== 'main.ts') t.notMatch(text, /process\.env/, `${rel} reads no environment: the configuration is read in one place`)
     if (rel.startsWith('token/')) t.same(imports.filter((i) => /^(proxy|admin)\//.test(i)), [], rel)
     if (rel.startsWith('proxy/')) t.same(imports.filter((i) => /^token\//.test(i) && i !== 'token/credential.js'), [], rel)
     if (rel.startsWith('tls/')) t.same(imports.filter((i) => /^(token|proxy|admin)\//.test(i)), [], rel)

@@ -1,7 +1,7 @@
 import { generateKeyPairSync, type KeyObject } from 'node:crypto'
 import { calculateJwkThumbprint, decodeProtectedHeader, exportJWK, jwtVerify, SignJWT } from 'jose'
 import t from 'tap'
-import type { Credentials } from '../../src/config/credentials.js'
+import type { SecretValues } from '../../src/config/credentials.js'
 import { CLIENT_ASSERTION_TYPE, ClientAuthenticator } from '../../src/token/client-auth.js'
 import { GrantError } from '../../src/token/grant.js'
 
@@ -26,7 +26,7 @@ function keys () {
 const assertionOf = (fields: Array<[string, string]>): string => fields.find(([n]) => n === 'client_assertion')![1]
 
 /** What one request carries from the client authentication `clientAuth` makes of `creds`, and the secrets it told. */
-async function prove (client: { id?: string, clientAuth: ConstructorParameters<typeof ClientAuthenticator>[0]['clientAuth'], keyAlg?: 'PS256' | 'ES256', keyId?: string }, creds: Credentials): Promise<{ fields: Array<[string, string]>, authorization: string | undefined, secrets: string[] }> {
+async function prove (client: { id?: string, clientAuth: ConstructorParameters<typeof ClientAuthenticator>[0]['clientAuth'], keyAlg?: 'PS256' | 'ES256', keyId?: string }, creds: SecretValues): Promise<{ fields: Array<[string, string]>, authorization: string | undefined, secrets: string[] }> {
   const secrets: string[] = []
   const clientId = client.id ?? 'legacy-app'
   const authenticator = new ClientAuthenticator({ clientId, clientAuth: client.clientAuth, ...(client.keyAlg !== undefined && { keyAlg: client.keyAlg }), ...(client.keyId !== undefined && { keyId: client.keyId }), onSecret: (v) => secrets.push(v) })

@@ -1,16 +1,16 @@
 import type pino from 'pino'
-import { CredentialStore } from './config/credentials.js'
-import type { Config, CredentialConfig } from './config/load.js'
-import type { SecretScrubber } from './secrets.js'
-import { BasicCredential } from './token/basic.js'
-import { ClientAuthenticator } from './token/client-auth.js'
-import type { Clock } from './token/clock.js'
-import { DpopKey } from './token/dpop.js'
-import type { AuthHttp } from './token/http.js'
-import { TokenManager } from './token/manager.js'
-import { OAuthClient } from './token/oauth-client.js'
-import { tlsNames } from './config/tls.js'
-import type { TlsFiles, TlsFileSets } from './tls/files.js'
+import { CredentialStore } from '../config/credentials.js'
+import type { Config, CredentialConfig } from '../config/load.js'
+import type { SecretScrubber } from '../secrets.js'
+import { BasicCredential } from './basic.js'
+import { ClientAuthenticator } from './client-auth.js'
+import type { Clock } from './clock.js'
+import { DpopKey } from './dpop.js'
+import type { AuthHttp } from './http.js'
+import { TokenManager } from './manager.js'
+import { OAuthClient } from './oauth-client.js'
+import { tlsNames } from '../config/tls.js'
+import type { TlsFiles, TlsFileSets } from '../tls/files.js'
 
 /** A credential as the sidecar holds it: a token kept fresh (oauth2), or fixed Basic credentials. */
 export type HeldCredential = TokenManager | BasicCredential
@@ -37,7 +37,7 @@ export interface CredentialDeps {
  * requests never hold up another's. An exchanged credential shares its
  * subject's client authentication and DPoP key.
  */
-export class Credentials {
+export class CredentialRegistry {
   readonly #deps: CredentialDeps
   readonly #held = new Map<CredentialConfig, HeldCredential>()
   /** what a credential's auth server client is made of, for the exchanges of its token */
