@@ -14,7 +14,7 @@ import { buildListener, FORWARDED_METHODS, type Listener } from './proxy/server.
 import { UpstreamSlots } from './proxy/upstream-slots.js'
 import { SecretScrubber } from './secrets.js'
 import { systemClock, type Clock } from './token/clock.js'
-import { createAuthHttp, type AuthHttp } from './token/http.js'
+import { authFetch, MAX_ANSWER_BYTES, type AuthFetch } from './token/http.js'
 import { tlsNames } from './config/tls.js'
 import { TlsDispatcher } from './tls/dispatchers.js'
 import { TlsFileSets, type ConnectTls, type TlsFiles } from './tls/files.js'
@@ -23,7 +23,7 @@ export interface AppDeps {
   logger: pino.Logger
   clock?: Clock
   /** replaces the HTTP client of the auth server (tests) */
-  http?: AuthHttp
+  fetch?: AuthFetch
   /** replaces the 60 s limit for a client's request headers (tests) */
   headersTimeoutMs?: number
 }
@@ -95,11 +95,11 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   // The auth server's connections, a set per credential: one credential's
   // hanging requests never hold up another's grants.
   const authConnections: TlsDispatcher[] = []
-  const httpFor = (files: TlsFiles | undefined): { http: AuthHttp, refusal: () => string | undefined } => {
-    if (deps.http !== undefined) return { http: deps.http, refusal: () => undefined }
-    const connections = new TlsDispatcher((connect, onTlsError) => createDispatcher(config.egress, undefined, { connections: 2, keepAliveTimeout: 4_000 }, connect, onTlsError), files)
+  const httpFor = (files: TlsFiles | undefined): { fetch: AuthFetch, refusal: () => string | undefined } => {
+    if (deps.fetch !== undefined) return { fetch: deps.fetch, refusal: () => undefined }
+    const connections = new TlsDispatcher((connect, onTlsError) => createDispatcher(config.egress, undefined, { connections: 2, keepAliveTimeout: 4_000, maxResponseSize: MAX_ANSWER_BYTES }, connect, onTlsError), files)
     authConnections.push(connections)
-    return { http: createAuthHttp(connections), refusal: () => connections.refusal() }
+    return { fetch: authFetch(connections), refusal: () => connections.refusal() }
   }
   const credentials = new CredentialRegistry({ config, httpFor, tls, secrets, clock: deps.clock ?? systemClock, log: logger })
   try {

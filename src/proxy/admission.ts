@@ -96,6 +96,16 @@ export class Admission {
     return () => onClose.delete(gone)
   }
 
+  /**
+   * Whether the request's client has left already, though its departure may
+   * not be told yet: its connection is closed, or its end has been read (on
+   * which Node's server gives up its requests, the close coming later).
+   */
+  static hasLeft (request: FastifyRequest): boolean {
+    const socket = request.raw.socket
+    return socket.destroyed || socket.readableEnded
+  }
+
   #connection (socket: Socket): Connection {
     let connection = this.#connections.get(socket)
     if (connection === undefined) {

@@ -4,6 +4,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { errors, type Dispatcher } from 'undici'
 import { refusesCertificate } from '../tls/certificate.js'
 import type { Authorization } from '../token/credential.js'
+import { Admission } from './admission.js'
 import { forConnection } from './authorize.js'
 import { upstreamFailure, type ProxyContext } from './context.js'
 import { forwardedHeaders, relayedResponseHeaders } from './headers.js'
@@ -106,7 +107,7 @@ class Exchange implements Dispatcher.DispatchHandler {
     this.#leaveQueue = this.#o.slots.wait((granted) => {
       this.#leaveQueue = undefined
       this.#send(granted)
-    }, () => this.#request.raw.socket.destroyed)
+    }, () => Admission.hasLeft(this.#request))
   }
 
   /** UPSTREAM_TIMEOUT_MS until the final status. */

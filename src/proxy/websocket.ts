@@ -3,6 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { WebSocket, WebSocketServer } from 'ws'
 import type { Authorization } from '../token/credential.js'
 import { accessLine } from './access-log.js'
+import { Admission } from './admission.js'
 import { forConnection } from './authorize.js'
 import type { ProxyContext } from './context.js'
 import { answerUpstreamFailure, CertificateUnusableError, ClientGoneError } from './forward.js'
@@ -142,7 +143,7 @@ class Handshake {
     }
     const release = this.#o.slots.take()
     if (release !== undefined) granted(release)
-    else this.#leaveQueue = this.#o.slots.wait(granted, () => this.#request.raw.socket.destroyed)
+    else this.#leaveQueue = this.#o.slots.wait(granted, () => Admission.hasLeft(this.#request))
   }
 
   #giveUp (reason: Error): void {

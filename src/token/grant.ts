@@ -1,3 +1,4 @@
+import * as oauth from 'oauth4webapi'
 import type { PrimaryGrant } from '../config/load.js'
 
 /**
@@ -128,50 +129,97 @@ export const MAX_DESCRIPTION = 200
 export type Shorten = (text: string, max: number) => string
 
 /**
- * Checks a token endpoint answer: first what the sidecar needs (a token
- * that fits in a header, a lifetime) and what is Keycloak's
- * (`refresh_expires_in`), then oauth4webapi's own processing (`validate`:
- * the fields of RFC 6749 §5.1, an ID token's claims); every failure sorted
- * into a GrantError.
+ * A token endpoint's answer, checked. oauth4webapi processes it first
+ * (`process`: the fields of RFC 6749 §5.1, and an error answer as its
+ * ResponseBodyError, whose `error` sorts the refusal); then what the
+ * sidecar needs on top: a lifetime of at least a second, a token that
+ * fits in a header, Keycloak's `refresh_expires_in`. An ID token in the
+ * answer is the application's to judge, not the sidecar's (it uses the
+ * access token only): oauth4webapi does not see it, since it would check
+ * its issuer against the URL dialled, which is not the issuer wherever the
+ * auth server is reached by an internal address. Every failure is a
+ * GrantError, an unusable answer described in the sidecar's words.
  */
-export async function checkTokenAnswer (answer: Answer, validate: () => Promise<unknown>, shorten: Shorten): Promise<TokenSet> {
-  if (answer.status !== 200) throw errorFromAnswer(answer, shorten)
-  if (isHtml(answer)) throw new GrantError('token endpoint answered 200 with an HTML page, not a token: this URL is not the token endpoint', 'wrong_url', { status: 200 })
-  let body: unknown
+export async function checkTokenAnswer (res: Response, process: (res: Response) => Promise<oauth.TokenEndpointResponse>, shorten: Shorten): Promise<TokenSet> {
+  const answer = await answerOf(res)
+  if (answer.status === 200 && isHtml(answer)) throw new GrantError('token endpoint answered 200 with an HTML page, not a token: this URL is not the token endpoint', 'wrong_url', { status: 200 })
+  let fields: Record<string, unknown>
   try {
-    body = JSON.parse(answer.body)
-  } catch (cause) {
-    throw new GrantError('token endpoint answered 200 with a body that is not JSON', 'unusable', { status: 200, cause })
-  }
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-    throw new GrantError('token endpoint answered 200 with JSON that is not an object', 'unusable', { status: 200 })
-  }
-  const fields = body as Record<string, unknown>
-  const invalid = (message: string, cause?: unknown): GrantError => new GrantError(`token response: ${message}`, 'unusable', { status: 200, ...(cause !== undefined && { cause }) })
-
-  const accessToken = fields.access_token
-  if (typeof accessToken !== 'string' || accessToken === '') throw invalid('access_token is missing or not a string')
-  if (accessToken.length > MAX_ACCESS_TOKEN_BYTES) throw invalid(`access_token is ${accessToken.length} bytes, more than the ${MAX_ACCESS_TOKEN_BYTES} an upstream takes in a header`)
-  if (!B64TOKEN.test(accessToken)) throw invalid('access_token contains characters not allowed in a bearer token')
-  const expiresIn = seconds(fields.expires_in)
-  if (expiresIn === undefined) throw invalid('expires_in is missing or not a number')
-  if (expiresIn < 1) throw invalid('expires_in must be at least 1 second')
-  const refreshToken = fields.refresh_token
-  const refreshExpiresIn = fields.refresh_expires_in === undefined || fields.refresh_expires_in === null ? 0 : seconds(fields.refresh_expires_in)
-  if (refreshExpiresIn === undefined || refreshExpiresIn < 0) throw invalid('refresh_expires_in must be a number of seconds, 0 or more')
-  try {
-    await validate()
+    fields = await process(withoutIdToken(res, answer.body)) as unknown as Record<string, unknown>
   } catch (err) {
-    throw invalid(shorten((err as Error).message.replace(/"response" body /g, ''), MAX_DESCRIPTION), err)
+    if (err instanceof oauth.ResponseBodyError) throw errorFromAnswer(answer, shorten, { error: err.error, description: err.error_description ?? '' })
+    if (err instanceof oauth.WWWAuthenticateChallengeError) {
+      const { error, error_description: description } = err.cause[0]?.parameters ?? {}
+      throw errorFromAnswer(answer, shorten, { ...(error !== undefined && { error }), description: description ?? '' })
+    }
+    // oauth4webapi reads an OAuth error from a 4xx only; a 5xx may carry one too (temporarily_unavailable)
+    if (answer.status !== 200) throw errorFromAnswer(answer, shorten, oauthErrorOf(answer.body))
+    throw unusable(problemOf(answer.body) ?? translated(err, answer.body, shorten), err)
   }
-
-  const set: TokenSet = { accessToken, tokenType: String(fields.token_type), expiresInMs: Math.min(expiresIn * 1000, MAX_LIFETIME_MS) }
-  if (typeof fields.issued_token_type === 'string') set.issuedTokenType = fields.issued_token_type
-  if (typeof refreshToken === 'string' && refreshToken !== '') {
-    set.refreshToken = refreshToken
+  const problem = problemOf(fields)
+  if (problem !== undefined) throw unusable(problem)
+  const expiresIn = seconds(fields.expires_in)!
+  const refreshExpiresIn = seconds(fields.refresh_expires_in) ?? 0
+  // token_type as the server spelt it (oauth4webapi lower-cases it), for what the sidecar says
+  const tokenType = String((JSON.parse(answer.body) as { token_type?: unknown }).token_type)
+  const set: TokenSet = { accessToken: fields.access_token as string, tokenType, expiresInMs: Math.min(expiresIn * 1000, MAX_LIFETIME_MS) }
+  if (typeof fields.refresh_token === 'string' && fields.refresh_token !== '') {
+    set.refreshToken = fields.refresh_token
     if (refreshExpiresIn > 0) set.refreshExpiresInMs = Math.min(refreshExpiresIn * 1000, MAX_LIFETIME_MS)
   }
+  if (typeof fields.issued_token_type === 'string') set.issuedTokenType = fields.issued_token_type
   return set
+}
+
+function unusable (problem: string, cause?: unknown): GrantError {
+  return new GrantError(problem.startsWith('token endpoint') ? problem : `token response: ${problem}`, 'unusable', { status: 200, ...(cause !== undefined && { cause }) })
+}
+
+/**
+ * What makes a 200 answer's fields (parsed, or its body as it came)
+ * unusable for the sidecar, in its words; undefined when nothing does.
+ */
+function problemOf (fields: Record<string, unknown> | string): string | undefined {
+  if (typeof fields === 'string') {
+    let parsed: unknown
+    try {
+      parsed = JSON.parse(fields)
+    } catch {
+      return 'token endpoint answered 200 with a body that is not JSON'
+    }
+    if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return 'token endpoint answered 200 with JSON that is not an object'
+    fields = parsed as Record<string, unknown>
+  }
+  const accessToken = fields.access_token
+  if (typeof accessToken !== 'string' || accessToken === '') return 'access_token is missing or not a string'
+  if (accessToken.length > MAX_ACCESS_TOKEN_BYTES) return `access_token is ${accessToken.length} bytes, more than the ${MAX_ACCESS_TOKEN_BYTES} an upstream takes in a header`
+  if (!B64TOKEN.test(accessToken)) return 'access_token contains characters not allowed in a bearer token'
+  const expiresIn = seconds(fields.expires_in)
+  if (expiresIn === undefined) return 'expires_in is missing or not a number'
+  if (expiresIn < 1) return 'expires_in must be at least 1 second'
+  const refreshExpiresIn = fields.refresh_expires_in === undefined || fields.refresh_expires_in === null ? 0 : seconds(fields.refresh_expires_in)
+  if (refreshExpiresIn === undefined || refreshExpiresIn < 0) return 'refresh_expires_in must be a number of seconds, 0 or more'
+  return undefined
+}
+
+/** oauth4webapi's reason, for what the sidecar's own checks pass (a token_type it does not know, say). */
+function translated (err: unknown, body: string, shorten: Shorten): string {
+  if (err instanceof oauth.UnsupportedOperationError) {
+    const type = (JSON.parse(body) as { token_type?: unknown }).token_type
+    return `token_type ${JSON.stringify(shorten(String(type), 40))} is neither Bearer nor DPoP`
+  }
+  const property = /"response" body "(\w+)" property must be an? (\w+)/.exec((err as Error).message)
+  if (property !== null) return `${property[1]!} is missing or not a ${property[2]!}`
+  return shorten((err as Error).message.replace(/"response" body /g, ''), MAX_DESCRIPTION)
+}
+
+/** The answer without its ID token (see checkTokenAnswer). */
+function withoutIdToken (res: Response, body: string): Response {
+  let fields: unknown
+  try { fields = JSON.parse(body) } catch { return res }
+  if (typeof fields !== 'object' || fields === null || !('id_token' in fields)) return res
+  const { id_token: _idToken, ...rest } = fields as Record<string, unknown>
+  return new Response(JSON.stringify(rest), { status: res.status, headers: res.headers })
 }
 
 /** A lifetime in seconds: a number, or a numeric string as some servers send ("3599"). */
@@ -189,11 +237,14 @@ const HINTS: Array<[RegExp, string]> = [
   [/DPoP proof is missing/i, ': the client requires DPoP-bound tokens; set AUTH_DPOP=true']
 ]
 
-/** The GrantError of an answer other than 200: sorted by status and OAuth error, with Keycloak's hints. */
-export function errorFromAnswer (answer: Answer, shorten: Shorten): GrantError {
+/**
+ * The GrantError of an answer other than 200: sorted by status and its OAuth
+ * error (oauth4webapi's reading of it), with Keycloak's hints.
+ */
+export function errorFromAnswer (answer: Answer, shorten: Shorten, refusal: { error?: string, description: string }): GrantError {
   const retryAfterMs = parseRetryAfter(answer.retryAfter)
-  const { error: code, description: said } = oauthErrorOf(answer.body)
-  const oauthError = code === undefined ? undefined : shorten(code, 100)
+  const said = refusal.description
+  const oauthError = refusal.error === undefined ? undefined : shorten(refusal.error, 100)
   const description = shorten(said, MAX_DESCRIPTION)
   const what = oauthError === undefined
     ? `token endpoint answered ${answer.status}`

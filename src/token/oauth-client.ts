@@ -9,7 +9,7 @@ import { wellKnownUrl } from '../config/auth.js'
 import { checkDiscovery, type Endpoints } from './discovery.js'
 import { dpopNonceOf, htuOf, type DpopKey } from './dpop.js'
 import { ACCESS_TOKEN_TYPE, answerOf, checkTokenAnswer, GrantError, grantFields, oauthErrorOf, TOKEN_EXCHANGE, USABLE_ISSUED_TYPES, type Answer, type Fields, type GrantExtras, type TokenSet } from './grant.js'
-import { fetchOver, presentedCertificate, type AuthHttp } from './http.js'
+import { presentedCertificate, type AuthFetch } from './http.js'
 import { refusesCertificate } from '../tls/certificate.js'
 
 export interface OAuthClientOptions {
@@ -29,7 +29,7 @@ export interface OAuthClientOptions {
   /** AUTH_SCOPE and AUTH_TOKEN_PARAMS, for every grant */
   extras: GrantExtras
   credentials: { read(): Promise<SecretValues> }
-  http: AuthHttp
+  fetch: AuthFetch
   /** AUTH_TLS_*: why the client certificate cannot be presented now, if it cannot; whether one is presented; the server's refusal of it just now */
   tls?: { unusable(): string | undefined, readonly presents: boolean, refusal(): string | undefined }
   /** longest wait for one request */
@@ -54,7 +54,7 @@ export type RequestPurpose = 'token' | 'discovery' | 'logout'
 export class OAuthClient {
   readonly #o: OAuthClientOptions
   readonly #client: oauth.Client
-  readonly #fetch: ReturnType<typeof fetchOver>
+  readonly #fetch: AuthFetch
   readonly #dpop: oauth.DPoPHandle | undefined
   /** undefined until discovery has named it */
   #tokenUrl: string | undefined
@@ -71,7 +71,7 @@ export class OAuthClient {
   constructor (options: OAuthClientOptions) {
     this.#o = options
     this.#client = { client_id: options.clientId }
-    this.#fetch = fetchOver(options.http)
+    this.#fetch = options.fetch
     this.#dpop = options.dpop?.handle()
     this.#tokenUrl = options.tokenUrl
     this.#alternateTokenUrl = options.alternateTokenUrl
@@ -225,7 +225,8 @@ export class OAuthClient {
   /**
    * One grant sent to the token endpoint at `url`, its answer checked. In
    * DPoP mode a `use_dpop_nonce` answer is followed by one more try, the
-   * proof then carrying the nonce the server sent; never a loop.
+   * proof then carrying the nonce the server sent (oauth4webapi's DPoP
+   * handle keeps it); never a loop.
    */
   async #post (grant: string, url: string, fields: Fields, creds: SecretValues): Promise<TokenSet> {
     const as = this.#metadata(url)
@@ -234,17 +235,16 @@ export class OAuthClient {
       this.#o.log.debug({ event: 'token', grant, tokenUrl: url }, 'token request')
       const res = await this.request('token', this.#o.timeoutMs, async (signal) =>
         await oauth.genericTokenEndpointRequest(as, this.#client, auth, grant, fields, { ...this.#options(url, signal), ...(this.#dpop !== undefined && { DPoP: this.#dpop }) }))
-      const answer = await answerOf(res)
-      this.#noteNonce(answer)
-      this.#o.log.debug({ event: 'token', grant, status: answer.status }, 'token endpoint answered')
-      if (attempt === 0 && this.#askedForNonce(answer)) {
-        this.#o.log.debug({ event: 'token', purpose: 'token' }, 'the auth server asked for a DPoP nonce: sending again with it')
-        continue
-      }
+      this.#noteNonce(res.headers.get('dpop-nonce'))
+      this.#o.log.debug({ event: 'token', grant, status: res.status }, 'token endpoint answered')
       let set: TokenSet
       try {
-        set = await checkTokenAnswer(answer, async () => await oauth.processGenericTokenEndpointResponse(as, this.#client, withoutIdToken(res, answer.body)), this.#shorten)
+        set = await checkTokenAnswer(res, async (answer) => await oauth.processGenericTokenEndpointResponse(as, this.#client, answer), this.#shorten)
       } catch (err) {
+        if (attempt === 0 && this.#dpop !== undefined && err instanceof GrantError && err.oauthError === 'use_dpop_nonce') {
+          this.#o.log.debug({ event: 'token', purpose: 'token' }, 'the auth server asked for a DPoP nonce: sending again with it')
+          continue
+        }
         if (err instanceof GrantError && err.kind === 'wrong_url') throw new GrantError(`POST ${url}: ${err.message}`, 'wrong_url', { ...(err.status !== undefined && { status: err.status }) })
         throw err
       }
@@ -295,10 +295,10 @@ export class OAuthClient {
   /** Sends once more, with the nonce, when the server asks for one (DPoP mode). */
   async #provenOnce (send: () => Promise<Answer>): Promise<Answer> {
     const answer = await send()
-    this.#noteNonce(answer)
+    this.#noteNonce(answer.dpopNonce)
     if (!this.#askedForNonce(answer)) return answer
     const again = await send()
-    this.#noteNonce(again)
+    this.#noteNonce(again.dpopNonce)
     return again
   }
 
@@ -310,8 +310,9 @@ export class OAuthClient {
     return this.#o.dpop !== undefined && answer.status === 400 && dpopNonceOf(answer.dpopNonce) !== undefined && oauthErrorOf(answer.body).error === 'use_dpop_nonce'
   }
 
-  #noteNonce (answer: Answer): void {
-    const nonce = dpopNonceOf(answer.dpopNonce)
+  /** The server's newest nonce, for the proofs of the requests oauth4webapi does not prove itself (the session's end). */
+  #noteNonce (header: string | null | undefined): void {
+    const nonce = dpopNonceOf(header ?? undefined)
     if (nonce !== undefined) this.#nonce = nonce
   }
 
@@ -333,7 +334,7 @@ export class OAuthClient {
   }
 
   /** What every request to `url` takes: the timeout's signal, the sidecar's HTTP client, http allowed where configured. */
-  #options (url: string, signal: AbortSignal): { signal: AbortSignal, [oauth.customFetch]: ReturnType<typeof fetchOver>, [oauth.allowInsecureRequests]?: boolean } {
+  #options (url: string, signal: AbortSignal): { signal: AbortSignal, [oauth.customFetch]: AuthFetch, [oauth.allowInsecureRequests]?: boolean } {
     return {
       signal,
       [oauth.customFetch]: this.#fetch,
@@ -374,21 +375,6 @@ export class OAuthClient {
       if (tracked && this.#abort === abort) this.#abort = undefined
     }
   }
-}
-
-/**
- * The answer as oauth4webapi processes it: without the ID token that comes
- * with `scope=openid`, which is the application's to judge, not the
- * sidecar's (it uses the access token only). oauth4webapi would check its
- * issuer against the URL dialled, which is not the issuer wherever the auth
- * server is reached by an internal address.
- */
-function withoutIdToken (res: Response, body: string): Response {
-  let fields: unknown
-  try { fields = JSON.parse(body) } catch { return res }
-  if (typeof fields !== 'object' || fields === null || !('id_token' in fields)) return res
-  const { id_token: _idToken, ...rest } = fields as Record<string, unknown>
-  return new Response(JSON.stringify(rest), { status: res.status, headers: res.headers })
 }
 
 /** The issuer a token URL implies: Keycloak's realm (the URL without /protocol/openid-connect/token), else its origin. */

@@ -6,7 +6,7 @@ import { BasicCredential } from './basic.js'
 import { ClientAuthenticator } from './client-auth.js'
 import type { Clock } from './clock.js'
 import { DpopKey } from './dpop.js'
-import type { AuthHttp } from './http.js'
+import type { AuthFetch } from './http.js'
 import { TokenManager } from './manager.js'
 import { OAuthClient } from './oauth-client.js'
 import { tlsNames } from '../config/tls.js'
@@ -23,7 +23,7 @@ export interface CredentialDeps {
    * and trusting what `tls` says (Node's defaults without), and its last
    * refusal of the certificate
    */
-  httpFor: (tls: TlsFiles | undefined) => { http: AuthHttp, refusal: () => string | undefined }
+  httpFor: (tls: TlsFiles | undefined) => { fetch: AuthFetch, refusal: () => string | undefined }
   tls: TlsFileSets
   secrets: SecretScrubber
   clock: Clock
@@ -112,7 +112,7 @@ export class CredentialRegistry {
       client,
       extras: { params, ...(scope !== undefined && { scope }) },
       credentials: store,
-      http: connections.http,
+      fetch: connections.fetch,
       tls: { unusable: () => tls?.unusable(), presents: tls?.certificate !== undefined, refusal: connections.refusal },
       timeoutMs: global.token.timeoutMs,
       ...(dpopKey !== undefined && { dpop: dpopKey }),

@@ -1,4 +1,11 @@
-import type { AuthAnswer, AuthHttp } from '../../src/token/http.js'
+import type { AuthFetch } from '../../src/token/http.js'
+
+/** An answer of the auth server, as a test writes it. */
+export interface AuthAnswer {
+  status: number
+  headers?: Record<string, string>
+  body: string
+}
 
 export interface Call {
   url: string
@@ -11,6 +18,9 @@ export interface Call {
 type Answer = AuthAnswer | Error | 'hang' | { later: Promise<AuthAnswer> }
 
 let counter = 0
+
+/** Statuses a Response holds no body for. */
+const NULL_BODY = new Set([101, 103, 204, 205, 304])
 
 /** A successful token answer with fresh, unique tokens. */
 export function tokenAnswer (expiresIn = 300, refreshExpiresIn: number | undefined = 1800, withRefresh = true): AuthAnswer {
@@ -46,25 +56,28 @@ export class ScriptedEndpoint {
   inflight = 0
   maxInflight = 0
 
-  readonly http: AuthHttp = ({ url, body, headers, signal }) => {
-    const parsed = Object.fromEntries(new URLSearchParams(body ?? ''))
-    this.calls.push({ url, form: parsed, headers, signal })
+  /** The endpoint as oauth4webapi's customFetch. */
+  readonly fetch: AuthFetch = async (url, init) => {
+    const signal = init.signal ?? new AbortController().signal
+    const body = init.body === undefined || init.body === null ? '' : String(init.body)
+    const parsed = Object.fromEntries(new URLSearchParams(body))
+    this.calls.push({ url, form: parsed, headers: init.headers, signal })
     const answer = this.queue.length > 0 ? this.queue.shift()! : this.fallback()
     this.answers.push(answer)
     this.inflight += 1
     this.maxInflight = Math.max(this.maxInflight, this.inflight)
     const done = <T>(v: T): T => { this.inflight -= 1; return v }
+    const respond = (a: AuthAnswer): Response => new Response(NULL_BODY.has(a.status) ? null : a.body, { status: a.status, headers: a.headers ?? {} })
     if (answer === 'hang') {
-      return new Promise((_resolve, reject) => {
+      return await new Promise((_resolve, reject) => {
         signal.addEventListener('abort', () => { done(0); reject(new Error('aborted')) }, { once: true })
       })
     }
-    if ('later' in answer) return answer.later.then(done)
-    return Promise.resolve().then(() => {
-      done(0)
-      if (answer instanceof Error) throw answer
-      return answer
-    })
+    if ('later' in answer) return respond(await answer.later.then(done))
+    await Promise.resolve()
+    done(0)
+    if (answer instanceof Error) throw answer
+    return respond(answer)
   }
 
   grants (): string[] {

@@ -23,7 +23,7 @@ function client (options: { clientAuth?: 'client_secret_post' | 'client_secret_b
     client: new ClientAuthenticator({ clientId, clientAuth: options.clientAuth ?? 'client_secret_post', onSecret: () => {} }),
     extras,
     credentials: { read: async () => ({ username: 'svc', password: 'pw', clientSecret: options.secret ?? 's3cret' }) },
-    http: endpoint.http,
+    fetch: endpoint.fetch,
     timeoutMs: 1_000,
     clock: systemClock,
     log: captureLogger().logger,

@@ -8,8 +8,7 @@ import { OAuthClient } from '../../src/token/oauth-client.js'
 import { until } from '../helpers/build.js'
 import { FakeClock, settle } from '../helpers/fake-clock.js'
 import { captureLogger } from '../helpers/log.js'
-import type { AuthAnswer } from '../../src/token/http.js'
-import { keycloakError, ScriptedEndpoint, tokenAnswer } from '../helpers/scripted-endpoint.js'
+import { keycloakError, ScriptedEndpoint, tokenAnswer, type AuthAnswer } from '../helpers/scripted-endpoint.js'
 
 const PASSWORD = 's3cret-Passw0rd'
 const CLIENT_SECRET = 'client-s3cret-value'
@@ -31,7 +30,7 @@ function setup (t: Test, random = 0.5) {
     client: new ClientAuthenticator({ clientId: 'legacy-app', clientAuth: 'client_secret_post', onSecret: (v) => secrets.addToken(v) }),
     extras: { scope: 'openid' },
     credentials,
-    http: endpoint.http,
+    fetch: endpoint.fetch,
     timeoutMs: 10_000,
     clock,
     log: log.logger,
@@ -543,7 +542,7 @@ t.test('private_key_jwt against a server that echoes the form: no assertion, sig
     const form = endpoint.calls.at(-1)!.form
     return keycloakError(400, 'invalid_client', `cannot use ${new URLSearchParams(form).toString()} / ${Object.values(form).join(' ')}`)
   }
-  const server = new OAuthClient({ tokenUrl: 'http://auth.invalid/token', grantType: 'password', clientId: 'legacy-app', client: new ClientAuthenticator({ clientId: 'legacy-app', clientAuth: 'private_key_jwt', onSecret: (v) => secrets.addToken(v) }), extras: {}, credentials, http: endpoint.http, timeoutMs: 10_000, clock, log: log.logger, secrets })
+  const server = new OAuthClient({ tokenUrl: 'http://auth.invalid/token', grantType: 'password', clientId: 'legacy-app', client: new ClientAuthenticator({ clientId: 'legacy-app', clientAuth: 'private_key_jwt', onSecret: (v) => secrets.addToken(v) }), extras: {}, credentials, fetch: endpoint.fetch, timeoutMs: 10_000, clock, log: log.logger, secrets })
   const manager = new TokenManager({ server, credentials, log: log.logger, waitMs: 5_000, retryMinMs: 1_000, retryMaxMs: 30_000, rejectedRetryMs: 60_000, clock, secrets })
   t.teardown(() => manager.stop())
   // signing is real asynchronous work: wait for each attempt's answer in real time

@@ -1,12 +1,11 @@
 import t, { type Test } from 'tap'
 import { SecretScrubber } from '../../src/secrets.js'
 import { ClientAuthenticator } from '../../src/token/client-auth.js'
-import type { AuthAnswer } from '../../src/token/http.js'
 import { TokenManager } from '../../src/token/manager.js'
 import { OAuthClient } from '../../src/token/oauth-client.js'
 import { FakeClock, settle } from '../helpers/fake-clock.js'
 import { captureLogger } from '../helpers/log.js'
-import { keycloakError, ScriptedEndpoint, tokenAnswer } from '../helpers/scripted-endpoint.js'
+import { keycloakError, ScriptedEndpoint, tokenAnswer, type AuthAnswer } from '../helpers/scripted-endpoint.js'
 
 const TOKEN_URL = 'https://sso.invalid/realms/r/protocol/openid-connect/token'
 const LOGOUT_URL = 'https://sso.invalid/realms/r/protocol/openid-connect/logout'
@@ -26,7 +25,7 @@ async function holding (t: Test, tokenUrl = TOKEN_URL): Promise<{ clock: FakeClo
     client: new ClientAuthenticator({ clientId: 'public-app', clientAuth: 'client_secret_post', onSecret: () => {} }),
     extras: {},
     credentials,
-    http: endpoint.http,
+    fetch: endpoint.fetch,
     timeoutMs: 10_000,
     clock,
     log: log.logger,
