@@ -10,7 +10,7 @@ import { errorBody, ERRORS, type ErrorCode } from '../errors.js'
 import { createLogger } from '../logger.js'
 import type { UpstreamError } from '../proxy/context.js'
 import { dpopRefusalOf, hasDpopChallenge } from '../token/challenge.js'
-import type { TokenManager } from '../token/manager.js'
+import type { TokenLifecycle } from '../token/lifecycle.js'
 import { advice, binding, certificateBinding, claims, describeCertificate, describeConfig, lifetimes, printable } from './describe.js'
 
 /**
@@ -131,14 +131,14 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
     }
     if (c.auth.issuerUrl !== undefined && c.exchange === undefined) {
       try {
-        const endpoints = await credential.discover()
+        const endpoints = await credential.source.server.discover()
         const found = [
           c.auth.tokenUrl === undefined ? `token endpoint ${endpoints?.tokenUrl ?? ''}` : `token endpoint ${c.auth.tokenUrl} (AUTH_TOKEN_URL wins)`,
           endpoints?.endSessionUrl === undefined ? 'no end-session endpoint' : `end-session endpoint ${endpoints.endSessionUrl}`,
           ...(endpoints?.revocationUrl === undefined ? [] : [`revocation endpoint ${endpoints.revocationUrl}`]),
           ...(endpoints?.ignored ?? [])
         ]
-                // fetched from another address than the issuer's: the issuer it names is said too
+        // fetched from another address than the issuer's: the issuer it names is said too
         const issuer = c.auth.discoveryUrl === wellKnownUrl(c.auth.issuerUrl) ? '' : `issuer ${endpoints?.issuer ?? ''}, `
         say('ok', of('discovery', c.name), `${c.auth.discoveryUrl ?? ''}: ${issuer}${found.join(', ')}`)
       } catch (err) {
@@ -149,13 +149,17 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
     }
     const step = c.exchange === undefined ? 'grant' : 'exchange'
     try {
-      const { grant, tokenUrl, set } = await credential.grantOnce()
+      // one grant now, held as the sidecar would hold it: the upstream step and the session's end use it
+      const obtained = await credential.source.obtain({ count: async (_grant, sent) => await sent })
+      credential.hold(obtained)
+      const { grant, set } = obtained
+      const tokenUrl = credential.source.server.tokenUrl ?? ''
       const what = c.exchange === undefined
         ? `${grant} grant at ${tokenUrl} (${await clientMode(credential, c)})`
         : `token exchange at ${tokenUrl} of route ${c.exchange.subject.name}'s token for audience ${c.exchange.audience}`
       const upstreams = app.routes.filter((r) => r.config.credential === c).map((r) => ({ route: r.config.name, thumbprint: app.certificates.find((x) => x.which === 'upstream' && x.route === r.config.name)?.files.certificate?.thumbprint }))
       const bound = certificateBinding(set, upstreams)
-      say(bound.failed ? 'FAIL' : 'ok', of(step, c.name), `${what}: ${lifetimes(set)}; ${claims(set.accessToken)}${binding(credential.dpopKey, set)}${bound.text}`)
+      say(bound.failed ? 'FAIL' : 'ok', of(step, c.name), `${what}: ${lifetimes(set)}; ${claims(set.accessToken)}${binding(credential.source.server.dpop, set)}${bound.text}`)
       if (bound.failed) failed(CHECK_EXIT.grant)
       usable.add(c)
     } catch (err) {
@@ -277,8 +281,8 @@ async function readSome (stream: Readable, signal: AbortSignal): Promise<string>
 }
 
 /** How the client authenticated, and with which key: `private_key_jwt, key kid ... (ES256)`. */
-async function clientMode (credential: TokenManager, config: CredentialConfig): Promise<string> {
+async function clientMode (credential: TokenLifecycle, config: CredentialConfig): Promise<string> {
   const mode = config.auth.mode === 'oauth2' ? config.auth.clientAuth : 'basic'
-  const key = await credential.clientKey()
+  const key = await credential.source.server.clientKey()
   return key === undefined ? mode : `${mode}, key kid ${key.kid} (${key.alg})`
 }

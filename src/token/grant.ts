@@ -43,6 +43,9 @@ export type FailureKind = 'rejected' | 'transient' | 'unusable' | 'wrong_url' | 
 
 const REJECTED_ERRORS = new Set(['invalid_grant', 'invalid_client', 'unauthorized_client'])
 
+/** The request of an attempt that failed: discovery, or a grant. */
+export type Step = GrantType | 'discovery'
+
 export class GrantError extends Error {
   readonly kind: FailureKind
   /** the OAuth `error` code, when the server sent one */
@@ -51,8 +54,10 @@ export class GrantError extends Error {
   readonly description: string | undefined
   readonly status: number | undefined
   readonly retryAfterMs: number | undefined
+  /** the request that failed, once a token source has said */
+  readonly step: Step | undefined
 
-  constructor (message: string, kind: FailureKind, details: { oauthError?: string, description?: string, status?: number, retryAfterMs?: number, cause?: unknown } = {}) {
+  constructor (message: string, kind: FailureKind, details: { oauthError?: string, description?: string, status?: number, retryAfterMs?: number, cause?: unknown, step?: Step } = {}) {
     super(message, details.cause === undefined ? undefined : { cause: details.cause })
     this.name = 'GrantError'
     this.kind = kind
@@ -60,6 +65,21 @@ export class GrantError extends Error {
     this.description = details.description
     this.status = details.status
     this.retryAfterMs = details.retryAfterMs
+    this.step = details.step
+  }
+
+  /** A failure as a GrantError of the request `step` (anything else thrown is a transient failure). */
+  static at (step: Step, err: unknown): GrantError {
+    const e = err instanceof GrantError ? err : new GrantError(String(err), 'transient', { cause: err })
+    if (e.step !== undefined) return e
+    return new GrantError(e.message, e.kind, {
+      ...(e.oauthError !== undefined && { oauthError: e.oauthError }),
+      ...(e.description !== undefined && { description: e.description }),
+      ...(e.status !== undefined && { status: e.status }),
+      ...(e.retryAfterMs !== undefined && { retryAfterMs: e.retryAfterMs }),
+      ...(e.cause !== undefined && { cause: e.cause }),
+      step
+    })
   }
 }
 

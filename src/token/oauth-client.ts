@@ -352,6 +352,7 @@ export class OAuthClient {
    * after it, is not.
    */
   async request<T> (purpose: RequestPurpose, timeoutMs: number, send: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    if (this.#stopped && purpose !== 'logout') throw new GrantError(`${purpose} request not sent: shutting down`, 'transient')
     // an expired certificate is never shown: the request waits for the renewed file
     const unusable = this.#o.tls?.unusable()
     if (unusable !== undefined) throw new GrantError(unusable, 'credential')

@@ -7,13 +7,16 @@ import { ClientAuthenticator } from './client-auth.js'
 import type { Clock } from './clock.js'
 import { DpopKey } from './dpop.js'
 import type { AuthFetch } from './http.js'
-import { TokenManager } from './manager.js'
+import { TokenExchange } from './exchange.js'
+import { TokenLifecycle } from './lifecycle.js'
+import { OwnGrants } from './own-grants.js'
 import { OAuthClient } from './oauth-client.js'
 import { tlsNames } from '../config/tls.js'
+import type { TokenSource } from './source.js'
 import type { TlsFiles, TlsFileSets } from '../tls/files.js'
 
 /** A credential as the sidecar holds it: a token kept fresh (oauth2), or fixed Basic credentials. */
-export type HeldCredential = TokenManager | BasicCredential
+export type HeldCredential = TokenLifecycle | BasicCredential
 
 /** What the credentials share: the auth server's HTTP clients, the TLS files, the scrubber, time, the log. */
 export interface CredentialDeps {
@@ -80,8 +83,16 @@ export class CredentialRegistry {
     const exchange = config.exchange
     if (exchange !== undefined) {
       const subject = await this.of(exchange.subject)
-      if (!(subject instanceof TokenManager)) throw new Error(`route ${config.name}: an exchange needs an oauth2 credential to exchange`)
-      const manager = this.#manager(this.#clients.get(exchange.subject)!(), log, { subject, audience: exchange.audience, ...(exchange.scope !== undefined && { scope: exchange.scope }) }, clock, secrets, global)
+      if (!(subject instanceof TokenLifecycle)) throw new Error(`route ${config.name}: an exchange needs an oauth2 credential to exchange`)
+      const source = new TokenExchange({
+        server: this.#clients.get(exchange.subject)!(),
+        subject,
+        audience: exchange.audience,
+        ...(exchange.scope !== undefined && { scope: exchange.scope }),
+        log,
+        secrets
+      })
+      const manager = this.#lifecycle(source, log, clock, secrets, global)
       // the exchange is made over its subject's connections, with its certificate
       const tls = this.#tls.get(exchange.subject)
       if (tls?.certificate !== undefined) tls.on('change', () => manager.certificateChanged())
@@ -123,7 +134,7 @@ export class CredentialRegistry {
     }
     this.#clients.set(config, made)
     this.#tls.set(config, tls)
-    const manager = this.#manager(made(), log, undefined, clock, secrets, global, store)
+    const manager = this.#lifecycle(new OwnGrants({ server: made(), credentials: store, clock, log, secrets }), log, clock, secrets, global)
     if (tls?.certificate !== undefined) tls.on('change', () => manager.certificateChanged())
     return manager
   }
@@ -135,18 +146,16 @@ export class CredentialRegistry {
     return config.name === 'default' || own?.certFile === inherited?.certFile ? 'AUTH_TLS' : `ROUTE_${config.name.toUpperCase()}_AUTH_TLS`
   }
 
-  #manager (server: OAuthClient, log: pino.Logger, exchange: ConstructorParameters<typeof TokenManager>[0]['exchange'], clock: Clock, secrets: SecretScrubber, config: Config, store?: CredentialStore): TokenManager {
-    return new TokenManager({
-      server,
-      credentials: store ?? {},
+  #lifecycle (source: TokenSource, log: pino.Logger, clock: Clock, secrets: SecretScrubber, config: Config): TokenLifecycle {
+    return new TokenLifecycle({
+      source,
       log,
       waitMs: config.token.waitMs,
       retryMinMs: config.token.retryMinMs,
       retryMaxMs: config.token.retryMaxMs,
       rejectedRetryMs: config.token.rejectedRetryMs,
       clock,
-      secrets,
-      ...(exchange !== undefined && { exchange })
+      secrets
     })
   }
 }

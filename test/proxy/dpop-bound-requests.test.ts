@@ -6,7 +6,7 @@ import WebSocket from 'ws'
 import type { TokenServerOptions } from '../../dev/token-server.js'
 import { build, metric, until, type Harness } from '../helpers/build.js'
 import { dpopApi } from '../helpers/dpop-api.js'
-import type { TokenManager } from '../../src/token/manager.js'
+import type { TokenLifecycle } from '../../src/token/lifecycle.js'
 
 /** A sidecar in DPoP mode in front of a strict DPoP API at `<api>/v1`, against a token server that requires DPoP. */
 async function dpopSidecar (t: Test, options: { nonce?: boolean, rotateOnSwitch?: boolean, env?: Record<string, string>, tokens?: TokenServerOptions } = {}): Promise<{ h: Harness, api: Awaited<ReturnType<typeof dpopApi>> }> {
@@ -18,7 +18,7 @@ async function dpopSidecar (t: Test, options: { nonce?: boolean, rotateOnSwitch?
 }
 
 /** The sidecar's DPoP key: its algorithm and thumbprint. */
-const keyOf = (h: Harness): { alg: string, thumbprint: string } => (h.app.credential as TokenManager).dpopKey!
+const keyOf = (h: Harness): { alg: string, thumbprint: string } => (h.app.credential as TokenLifecycle).source.server.dpop!
 
 const refused = (adminUrl: string, reason: string): Promise<number> =>
   metric(adminUrl, `auth_sidecar_dpop_proofs_refused_total{reason="${reason}",route="default"}`)

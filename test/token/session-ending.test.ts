@@ -1,7 +1,8 @@
 import t, { type Test } from 'tap'
 import { SecretScrubber } from '../../src/secrets.js'
 import { ClientAuthenticator } from '../../src/token/client-auth.js'
-import { TokenManager } from '../../src/token/manager.js'
+import { TokenLifecycle } from '../../src/token/lifecycle.js'
+import { OwnGrants } from '../../src/token/own-grants.js'
 import { OAuthClient } from '../../src/token/oauth-client.js'
 import { FakeClock, settle } from '../helpers/fake-clock.js'
 import { captureLogger } from '../helpers/log.js'
@@ -13,7 +14,7 @@ const REVOKE_URL = 'https://sso.invalid/realms/r/protocol/openid-connect/revoke'
 const BOUND_REFRESH_REFUSED = (): AuthAnswer => keycloakError(400, 'invalid_grant', 'DPoP proof is missing')
 
 /** A token manager holding a session, its token endpoint scripted, on a fake clock. */
-async function holding (t: Test, tokenUrl = TOKEN_URL): Promise<{ clock: FakeClock, endpoint: ScriptedEndpoint, manager: TokenManager, log: ReturnType<typeof captureLogger> }> {
+async function holding (t: Test, tokenUrl = TOKEN_URL): Promise<{ clock: FakeClock, endpoint: ScriptedEndpoint, manager: TokenLifecycle, log: ReturnType<typeof captureLogger> }> {
   const clock = new FakeClock()
   const endpoint = new ScriptedEndpoint()
   const log = captureLogger()
@@ -31,7 +32,7 @@ async function holding (t: Test, tokenUrl = TOKEN_URL): Promise<{ clock: FakeClo
     log: log.logger,
     secrets: new SecretScrubber()
   })
-  const manager = new TokenManager({ server, credentials, log: log.logger, waitMs: 5_000, retryMinMs: 1_000, retryMaxMs: 30_000, rejectedRetryMs: 60_000, clock, secrets: new SecretScrubber() })
+  const manager = new TokenLifecycle({ source: new OwnGrants({ server, credentials, clock, log: log.logger, secrets: new SecretScrubber() }), log: log.logger, waitMs: 5_000, retryMinMs: 1_000, retryMaxMs: 30_000, rejectedRetryMs: 60_000, clock, secrets: new SecretScrubber() })
   t.teardown(() => manager.stop())
   endpoint.queue.push(tokenAnswer(300, 1800))
   manager.start()

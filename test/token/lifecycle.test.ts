@@ -3,7 +3,8 @@ import { TokenUnavailableError } from '../../src/errors.js'
 import { MAX_TIMER_MS, systemClock } from '../../src/token/clock.js'
 import { SecretScrubber } from '../../src/secrets.js'
 import { ClientAuthenticator } from '../../src/token/client-auth.js'
-import { TokenManager } from '../../src/token/manager.js'
+import { TokenLifecycle } from '../../src/token/lifecycle.js'
+import { OwnGrants } from '../../src/token/own-grants.js'
 import { OAuthClient } from '../../src/token/oauth-client.js'
 import { until } from '../helpers/build.js'
 import { FakeClock, settle } from '../helpers/fake-clock.js'
@@ -36,9 +37,8 @@ function setup (t: Test, random = 0.5) {
     log: log.logger,
     secrets
   })
-  const manager = new TokenManager({
-    server,
-    credentials,
+  const manager = new TokenLifecycle({
+    source: new OwnGrants({ server, credentials, clock, log: log.logger, secrets }),
     log: log.logger,
     waitMs: 5_000,
     retryMinMs: 1_000,
@@ -543,7 +543,7 @@ t.test('private_key_jwt against a server that echoes the form: no assertion, sig
     return keycloakError(400, 'invalid_client', `cannot use ${new URLSearchParams(form).toString()} / ${Object.values(form).join(' ')}`)
   }
   const server = new OAuthClient({ tokenUrl: 'http://auth.invalid/token', grantType: 'password', clientId: 'legacy-app', client: new ClientAuthenticator({ clientId: 'legacy-app', clientAuth: 'private_key_jwt', onSecret: (v) => secrets.addToken(v) }), extras: {}, credentials, fetch: endpoint.fetch, timeoutMs: 10_000, clock, log: log.logger, secrets })
-  const manager = new TokenManager({ server, credentials, log: log.logger, waitMs: 5_000, retryMinMs: 1_000, retryMaxMs: 30_000, rejectedRetryMs: 60_000, clock, secrets })
+  const manager = new TokenLifecycle({ source: new OwnGrants({ server, credentials, clock, log: log.logger, secrets }), log: log.logger, waitMs: 5_000, retryMinMs: 1_000, retryMaxMs: 30_000, rejectedRetryMs: 60_000, clock, secrets })
   t.teardown(() => manager.stop())
   // signing is real asynchronous work: wait for each attempt's answer in real time
   const answered = async (n: number): Promise<void> => { await until(() => log.records().filter((r) => r.outcome === 'rejected').length === n) }

@@ -2,24 +2,20 @@ import { EventEmitter } from 'node:events'
 import { TokenUnavailableError } from '../errors.js'
 import type { Logger } from '../logger.js'
 import type { SecretScrubber } from '../secrets.js'
-import type { PrimaryGrant } from '../config/load.js'
 import { dpopRefusalOf, refusesScope } from './challenge.js'
 import { MAX_TIMER_MS, systemClock, type Clock } from './clock.js'
 import type { Authorization, Credential, CredentialEvents, HeaderValue, LogoutResult, Verdict } from './credential.js'
-import type { Endpoints } from './discovery.js'
 import { dpopNonceOf } from './dpop.js'
 import { classify, logFailure, notReadyText, type FailureClass } from './failures.js'
-import { GrantError, refusesSubject, type GrantType, type TokenSet } from './grant.js'
-import type { OAuthClient } from './oauth-client.js'
+import { GrantError, type GrantType, type Step, type TokenSet } from './grant.js'
 import { RejectionBackoff } from './rejection-backoff.js'
 import { backoffDelay, renewalDelay, slowRetryDelay, usableFor } from './schedule.js'
-import { endSession } from './session.js'
+import type { Obtained, TokenSource } from './source.js'
 import { Waiters } from './waiters.js'
 
-export interface TokenManagerOptions {
-  server: OAuthClient
-  /** re-read credentials: a changed file is tried at once after a rejection */
-  credentials: { onChange?(listener: () => void): void }
+export interface TokenLifecycleOptions {
+  /** how its tokens are obtained */
+  source: TokenSource
   log: Logger
   /** longest a request waits for a token being obtained (TOKEN_WAIT_MS) */
   waitMs: number
@@ -30,8 +26,6 @@ export interface TokenManagerOptions {
   random?: () => number
   /** replaces known secret values in texts before they are logged */
   secrets: SecretScrubber
-  /** the token is obtained by token exchange of another credential's, for this audience */
-  exchange?: { subject: TokenManager, audience: string, scope?: string }
 }
 
 interface HeldToken {
@@ -49,17 +43,19 @@ interface HeldRefresh {
 }
 
 /**
- * Keeps one access token fresh: the password grant at start, the refresh
- * grant before expiry, the password grant again when the refresh token
- * lapses or is refused, backoff through outages, and never more than one
- * grant request in flight. With `exchange`, the token is obtained and
- * renewed by token exchange of another credential's current token instead.
+ * Keeps one access token fresh: a token at start, a renewal before it
+ * expires (its refresh token kept for it, while it may be used), backoff
+ * through outages, renewals driven by the upstream's 401s paced, and never
+ * more than one grant request in flight; requests that arrive meanwhile
+ * wait for it, bounded. How each token is obtained is its source's
+ * (source.ts): it knows nothing of grants.
  */
-export class TokenManager implements Credential {
+export class TokenLifecycle implements Credential {
   readonly kind = 'oauth2'
   readonly events = new EventEmitter<CredentialEvents>()
-  readonly #o: TokenManagerOptions
-  readonly #server: OAuthClient
+  /** how its tokens are obtained: the auth server, the grants (`check` uses them directly) */
+  readonly source: TokenSource
+  readonly #o: TokenLifecycleOptions
   readonly #clock: Clock
   readonly #random: () => number
   readonly #waiters: Waiters<Authorization>
@@ -73,7 +69,8 @@ export class TokenManager implements Credential {
   #timer: unknown
   /** when the pending retry after a failure is due; undefined when not in backoff */
   #retryAt: number | undefined
-  #waitingOnCredentials = false
+  /** the last failure may pass when the source cues it (a credential file changed, the subject's token is new) */
+  #waitingOnCue = false
   #failures = 0
   #lastFailure = ''
   /** what the last failed grant ran into, for readiness */
@@ -86,20 +83,12 @@ export class TokenManager implements Credential {
   readonly #rejections = new RejectionBackoff()
   /** the upstream's newest DPoP nonce */
   #upstreamNonce: string | undefined
-  /** an exchanged token waits for its subject's next token, the certificate having changed */
-  #awaitingSubject = false
-  /** exchange: the subject tokens the exchange refused, newest last; none is sent again */
-  readonly #refusedSubjects = new Set<string>()
-  /** exchange: refusals of the subject token since the last exchange that worked */
-  #subjectRefusedInARow = 0
-  /** exchange: the last attempt is retried as soon as the subject holds a new token */
-  #waitingOnSubject = false
   /** the refused token of this credential's whose renewal an exchange asked for: asked once per token */
   #renewalAskedFor: string | undefined
 
-  constructor (options: TokenManagerOptions) {
+  constructor (options: TokenLifecycleOptions) {
     this.#o = options
-    this.#server = options.server
+    this.source = options.source
     this.#secrets = options.secrets
     this.#clock = options.clock ?? systemClock
     this.#random = options.random ?? Math.random
@@ -107,16 +96,9 @@ export class TokenManager implements Credential {
   }
 
   start (): void {
-    this.#o.credentials.onChange?.(() => {
-      if (this.#waitingOnCredentials && !this.#stopped) {
-        this.#o.log.info({ event: 'token' }, 'credential file changed: retrying the grant now')
-        this.#renewNow()
-      }
-    })
-    this.#o.exchange?.subject.events.on('token', () => {
-      if (!this.#waitingOnSubject || this.#stopped) return
-      this.#waitingOnSubject = false
-      this.#o.log.info({ event: 'token', grant: 'token_exchange' }, 'the token to exchange was renewed: exchanging it now')
+    this.source.onRetryCue(() => {
+      if (!this.#waitingOnCue || this.#stopped || this.#inflight !== undefined) return
+      this.#o.log.info({ event: 'token', grant: this.source.grant }, this.source.grant === 'token_exchange' ? 'the token to exchange was renewed: exchanging it now' : 'credential file changed: retrying the grant now')
       this.#renewNow()
     })
     // a token already held (`check`'s) is kept and renewed on its schedule
@@ -126,7 +108,7 @@ export class TokenManager implements Credential {
   stop (): void {
     this.#stopped = true
     this.#clock.clearTimeout(this.#timer)
-    this.#server.stop()
+    this.source.server.stop()
     this.#waiters.failBefore()
   }
 
@@ -148,7 +130,7 @@ export class TokenManager implements Credential {
   }
 
   notReadyReason (): string | undefined {
-    return this.ready() ? undefined : notReadyText(this.#lastFailureKind, { tokenUrl: this.#server.tokenUrl, discoveryUrl: this.#server.discoveryUrl }, this.#secrets.scrub(this.#lastFailure))
+    return this.ready() ? undefined : notReadyText(this.#lastFailureKind, { tokenUrl: this.source.server.tokenUrl, discoveryUrl: this.source.server.discoveryUrl }, this.#secrets.scrub(this.#lastFailure))
   }
 
   expiresInSeconds (): number {
@@ -175,7 +157,7 @@ export class TokenManager implements Credential {
   }
 
   answered (authorization: Authorization, status: number, challenge: HeaderValue, nonce: HeaderValue): Verdict {
-    if (nonce !== undefined && this.#server.dpop !== undefined) this.#upstreamNonce = dpopNonceOf(nonce) ?? this.#upstreamNonce
+    if (nonce !== undefined && this.source.server.dpop !== undefined) this.#upstreamNonce = dpopNonceOf(nonce) ?? this.#upstreamNonce
     if (status !== 401) return 'relay'
     const refusal = dpopRefusalOf(challenge)
     if (refusal !== undefined) {
@@ -202,24 +184,17 @@ export class TokenManager implements Credential {
   /**
    * The client certificate changed (the files were renewed): the token, and
    * its refresh token, may be bound to the old one, so a new token is
-   * obtained now with the new certificate. The current one serves until it
-   * comes. An exchanged token is exchanged again once the token it comes
-   * from is new.
+   * obtained with the new certificate when the source says (at once, or
+   * an exchanged one once the token it comes from is new). The current one
+   * serves until it comes.
    */
   certificateChanged (): void {
     if (this.#stopped) return
-    const exchange = this.#o.exchange
-    if (exchange !== undefined) {
-      if (this.#awaitingSubject) return
-      this.#awaitingSubject = true
-      exchange.subject.events.once('token', () => {
-        this.#awaitingSubject = false
-        this.#renewAfter()
-      })
-      return
-    }
-    this.#refresh = undefined
-    this.#renewAfter()
+    this.source.certificateChanged((dropRefresh) => {
+      if (this.#stopped) return
+      if (dropRefresh) this.#refresh = undefined
+      this.#renewAfter()
+    })
   }
 
   /** A renewal now, or right after the one in flight (which may have used what just changed). */
@@ -232,94 +207,29 @@ export class TokenManager implements Credential {
     if (this.#inflight !== undefined || this.#stopped) return
     this.#clock.clearTimeout(this.#timer)
     this.#retryAt = undefined
-    this.#waitingOnCredentials = false
+    this.#waitingOnCue = false
     this.#cause = cause
     this.#inflight = this.#attempt().finally(() => { this.#inflight = undefined })
   }
 
   async #attempt (): Promise<void> {
-    const primary: GrantType = this.#o.exchange === undefined ? this.#server.grantType : 'token_exchange'
-    let step: GrantType | 'discovery' = primary
+    const refresh = this.#refresh
+    const usable = refresh !== undefined && (refresh.usableUntil === undefined || this.#clock.now() < refresh.usableUntil)
     try {
-      if (this.#server.needsDiscovery) {
-        step = 'discovery'
-        await this.#server.discover()
-        step = primary
-      }
-      let set: TokenSet | undefined
-      const refresh = this.#refresh
-      if (refresh !== undefined && (refresh.usableUntil === undefined || this.#clock.now() < refresh.usableUntil)) {
-        step = 'refresh_token'
-        try {
-          set = await this.#counted('refresh_token', this.#server.refreshGrant(refresh.token))
-        } catch (err) {
-          // invalid_grant (expired, revoked, reused, session ended) or a 200
-          // without a usable token (Keycloak's in an SSO session's last
-          // second: expires_in 0) spends the refresh token: the password
-          // grant. A network failure or 5xx keeps it, so that a blip opens no
-          // new session (a reuse the server refuses is invalid_grant).
-          // Another refusal (invalid_client, say) is the client's to fix.
-          const spent = err instanceof GrantError && ((err.kind === 'rejected' && err.oauthError === 'invalid_grant') || err.kind === 'unusable')
-          if (!spent || this.#stopped) throw err
-          this.#o.log.info({ event: 'token', grant: step, outcome: 'rejected', reason: this.#secrets.scrub(err.message) }, `refresh token refused: falling back to the ${primary} grant`)
-          step = primary
-        }
-      }
-      if (set === undefined) {
-        this.#refresh = undefined
-        set = await this.#obtain()
-      }
-      this.#store(set, step as GrantType)
+      const obtained = await this.source.obtain({
+        ...(usable && { refresh: refresh.token }),
+        refreshSpent: () => { if (this.#refresh === refresh) this.#refresh = undefined },
+        count: this.#counted
+      })
+      this.#store(obtained)
     } catch (err) {
       if (this.#stopped) return
-      this.#failed(step, err)
-    }
-  }
-
-  /** A new token: the configured grant, or an exchange of the subject credential's. */
-  async #obtain (): Promise<TokenSet> {
-    const exchange = this.#o.exchange
-    if (exchange === undefined) return await this.#counted(this.#server.grantType, this.#server.primaryGrant())
-    const { subject, audience, scope } = exchange
-    const refused = this.#refusedSubjects
-    const token = await this.#subjectToken()
-    try {
-      const set = await this.#counted('token_exchange', this.#server.exchange(token, audience, scope))
-      this.#subjectRefusedInARow = 0
-      return set
-    } catch (err) {
-      // The subject token refused (expired, revoked, its session ended): it
-      // is never sent again. The first time, the subject is renewed and the
-      // exchange tried once more; a refusal again is paced, as rejected
-      // credentials are.
-      if (!(err instanceof GrantError && refusesSubject(err)) || this.#stopped) throw err
-      refused.add(token)
-      if (refused.size > MAX_REFUSED_SUBJECTS) refused.delete(refused.values().next().value!)
-      if (this.#subjectRefusedInARow++ > 0) throw err
-      this.#o.log.info({ event: 'token', grant: 'token_exchange', outcome: 'rejected', reason: this.#secrets.scrub(err.message) }, 'the subject token was refused: renewing it, then exchanging again')
-      const renewed = await subject.accessTokenOtherThan(refused).catch(() => undefined)
-      if (renewed === undefined) {
-        this.#waitingOnSubject = true
-        throw err
-      }
-      return await this.#counted('token_exchange', this.#server.exchange(renewed, audience, scope))
-    }
-  }
-
-  /** The subject's token to exchange: never one an exchange refused. */
-  async #subjectToken (): Promise<string> {
-    try {
-      return await this.#o.exchange!.subject.accessTokenOtherThan(this.#refusedSubjects)
-    } catch (err) {
-      if (err instanceof TokenUnavailableError) throw new GrantError('no token to exchange: its credential holds none yet', 'transient')
-      // its only token was refused, and no new one has come yet: the exchange is tried when it comes
-      this.#waitingOnSubject = true
-      throw err
+      this.#failed(err)
     }
   }
 
   /** A grant's outcome, told to whoever counts them. */
-  async #counted (grant: GrantType, sent: Promise<TokenSet>): Promise<TokenSet> {
+  readonly #counted = async (grant: GrantType, sent: Promise<TokenSet>): Promise<TokenSet> => {
     try {
       const set = await sent
       this.events.emit('grant', grant, 'success')
@@ -362,73 +272,35 @@ export class TokenManager implements Credential {
     return next
   }
 
-  /** The client's key as its assertions name it (private_key_jwt), for `check`. */
-  async clientKey (): Promise<{ alg: string, kid: string } | undefined> {
-    return await this.#server.clientKey()
-  }
-
-  /** The DPoP key's algorithm and thumbprint, in DPoP mode, for `check`. */
-  get dpopKey (): { alg: string, thumbprint: string } | undefined {
-    const key = this.#server.dpop
-    return key === undefined ? undefined : { alg: key.alg, thumbprint: key.thumbprint }
-  }
-
-  /** Discovery, if configured and not done yet (the `check` command's first step). */
-  async discover (): Promise<Endpoints | undefined> {
-    try {
-      return await this.#server.discover()
-    } catch (err) {
-      throw this.#scrubbed(err)
-    }
-  }
-
   /**
-   * One grant with the configured credentials, now, without the retries
-   * (the `check` command): discovery first if it has not run. The token is
-   * held as after any grant. Throws a GrantError whose message is scrubbed.
+   * Holds a token obtained outside the schedule (`check`'s, from its
+   * source): it serves requests and is renewed on its schedule once started.
    */
-  async grantOnce (): Promise<{ grant: PrimaryGrant | 'token_exchange', tokenUrl: string, set: TokenSet }> {
-    try {
-      await this.#server.discover()
-      const set = await this.#obtain()
-      const grant = this.#o.exchange === undefined ? this.#server.grantType : 'token_exchange'
-      this.#store(set, grant)
-      return { grant, tokenUrl: this.#server.tokenUrl ?? '', set }
-    } catch (err) {
-      throw this.#scrubbed(err)
-    }
+  hold (obtained: Obtained): void {
+    this.#store(obtained)
   }
 
   async endSession (timeoutMs: number): Promise<LogoutResult> {
     // a grant stop() aborted may still have been answered: its session is the one to end
     await this.#inflight
-    if (this.#o.exchange !== undefined) {
-      this.#token = undefined
-      return { outcome: 'skipped', detail: 'an exchanged token opens no session of its own: its subject credential\'s is ended' }
-    }
     const late = this.#lateGrant
     const held = late !== undefined
       ? { refreshToken: late.refreshToken, accessToken: late.accessToken }
       : { refreshToken: this.#refresh?.token, accessToken: this.#token?.accessToken }
     this.#refresh = undefined
     this.#token = undefined
+    this.#previous = undefined
     this.#lateGrant = undefined
-    const { outcome, detail } = await endSession(this.#server, held, timeoutMs, this.#clock, (text, max) => this.#secrets.shorten(text, max))
+    const ended = await this.source.endSession(held, timeoutMs)
+    if (ended === undefined) return { outcome: 'skipped', detail: 'an exchanged token opens no session of its own: its subject credential\'s is ended' }
+    const { outcome, detail } = ended
     const said = this.#secrets.scrub(detail)
     this.events.emit('logout', outcome)
     this.#o.log[outcome === 'success' || outcome === 'skipped' ? 'info' : 'warn']({ event: 'logout', outcome }, said)
     return { outcome, detail: said }
   }
 
-  #scrubbed (err: unknown): GrantError {
-    const e = err instanceof GrantError ? err : new GrantError(String(err), 'transient')
-    return new GrantError(this.#secrets.scrub(e.message), e.kind, {
-      ...(e.oauthError !== undefined && { oauthError: e.oauthError }),
-      ...(e.status !== undefined && { status: e.status })
-    })
-  }
-
-  #store (set: TokenSet, grant: GrantType): void {
+  #store ({ set, grant }: Obtained): void {
     this.#secrets.addToken(set.accessToken)
     this.#secrets.addToken(set.refreshToken)
     if (this.#stopped) {
@@ -439,8 +311,8 @@ export class TokenManager implements Credential {
     const replaced = this.#token
     this.#previous = replaced?.authorization.certificate !== undefined && replaced.authorization.certificate !== set.certificate ? replaced : undefined
     this.#token = { authorization: this.#authorizationFor(set.accessToken, set.certificate), accessToken: set.accessToken, receivedAt: now, lifetimeMs: set.expiresInMs, usableUntil: now + usableFor(set.expiresInMs) }
-    // an exchanged token is renewed by a new exchange, never refreshed
-    this.#refresh = set.refreshToken === undefined || this.#o.exchange !== undefined
+    // a source that does not refresh (an exchange) renews by a new grant
+    this.#refresh = set.refreshToken === undefined || !this.source.refreshes
       ? undefined
       : {
           token: set.refreshToken,
@@ -468,16 +340,17 @@ export class TokenManager implements Credential {
 
   /** The header for a token, in DPoP mode the proofs that go with it, and the certificate it was obtained with. */
   #authorizationFor (accessToken: string, certificate: string | undefined): Authorization {
-    const dpop = this.#server.dpop
+    const dpop = this.source.server.dpop
     return {
-      header: `${this.#server.scheme} ${accessToken}`,
+      header: `${this.source.server.scheme} ${accessToken}`,
       prove: dpop === undefined ? undefined : (method, url) => dpop.proof(method, url, { nonce: this.#upstreamNonce, accessToken }),
       ...(certificate !== undefined && { certificate })
     }
   }
 
-  #failed (step: GrantType | 'discovery', err: unknown): void {
+  #failed (err: unknown): void {
     const e = err instanceof GrantError ? err : new GrantError(String(err), 'transient')
+    const step: Step = e.step ?? this.source.grant
     const rejected = e.kind === 'rejected'
     this.#lastFailureKind = classify(step, e)
     // What will not change by itself, and what may each time have taken the
@@ -508,7 +381,7 @@ export class TokenManager implements Credential {
     const retryAt = this.#clock.now() + delay
     this.#arm(retryAt, () => this.#renewNow())
     this.#retryAt = retryAt
-    this.#waitingOnCredentials = rejected || e.kind === 'credential'
+    this.#waitingOnCue = rejected || e.kind === 'credential'
     this.#waiters.failBefore(retryAt)
   }
 
@@ -530,9 +403,6 @@ export class TokenManager implements Credential {
     wait()
   }
 }
-
-/** Refused subject tokens remembered: a few renewals' worth. */
-const MAX_REFUSED_SUBJECTS = 8
 
 function secondsUntil (ms: number): number {
   return Math.max(1, Math.ceil(ms / 1000))

@@ -1,0 +1,117 @@
+import type { EventEmitter } from 'node:events'
+import { TokenUnavailableError } from '../errors.js'
+import type { Logger } from '../logger.js'
+import type { SecretScrubber } from '../secrets.js'
+import type { CredentialEvents } from './credential.js'
+import { GrantError, refusesSubject } from './grant.js'
+import type { OAuthClient } from './oauth-client.js'
+import type { GrantCounter, Obtained, TokenSource } from './source.js'
+
+/** The credential whose token is exchanged (its lifecycle). */
+export interface ExchangeSubject {
+  readonly events: EventEmitter<CredentialEvents>
+  /** its current token, unless one of `refused`: then a new one, asked for once per refused token (TOKEN_WAIT_MS at most) */
+  accessTokenOtherThan(refused: ReadonlySet<string>): Promise<string>
+}
+
+export interface TokenExchangeOptions {
+  /** the auth server as the exchange reaches it: the subject's client authentication, DPoP key and endpoints, connections of its own */
+  server: OAuthClient
+  subject: ExchangeSubject
+  audience: string
+  scope?: string
+  log: Logger
+  secrets: SecretScrubber
+}
+
+/** Refused subject tokens remembered: a few renewals' worth. */
+const MAX_REFUSED_SUBJECTS = 8
+
+/**
+ * Token exchange (RFC 8693): the token is the subject credential's current
+ * access token exchanged for `audience`, and renewed by a new exchange,
+ * never refreshed. A subject token the exchange refused is never sent
+ * again: the first refusal renews the subject once and the exchange is
+ * tried again with its new token; a refusal again is paced, as rejected
+ * credentials are, and tried again when the subject holds a new token.
+ */
+export class TokenExchange implements TokenSource {
+  readonly grant = 'token_exchange'
+  readonly server: OAuthClient
+  readonly refreshes = false
+  readonly #o: TokenExchangeOptions
+  /** the subject tokens the exchange refused, newest last */
+  readonly #refused = new Set<string>()
+  /** refusals of the subject token since the last exchange that worked */
+  #refusedInARow = 0
+  /** a renewal waits for the subject's next token, its certificate having changed */
+  #awaitingSubject = false
+
+  constructor (options: TokenExchangeOptions) {
+    this.#o = options
+    this.server = options.server
+  }
+
+  async obtain (o: { count: GrantCounter }): Promise<Obtained> {
+    await this.server.discover().catch((err: unknown) => { throw GrantError.at('discovery', err) })
+    const token = await this.#subjectToken()
+    try {
+      const set = await o.count(this.grant, this.#exchange(token))
+      this.#refusedInARow = 0
+      return { set, grant: this.grant }
+    } catch (err) {
+      if (!(err instanceof GrantError && refusesSubject(err))) throw GrantError.at(this.grant, err)
+      this.#refuse(token)
+      if (this.#refusedInARow++ > 0) throw GrantError.at(this.grant, err)
+      this.#o.log.info({ event: 'token', grant: this.grant, outcome: 'rejected', reason: this.#o.secrets.scrub(err.message) }, 'the subject token was refused: renewing it, then exchanging again')
+      const renewed = await this.#o.subject.accessTokenOtherThan(this.#refused).catch(() => undefined)
+      // no new subject token in time: paced, and tried as soon as one comes (the retry cue)
+      if (renewed === undefined) throw GrantError.at(this.grant, err)
+      try {
+        return { set: await o.count(this.grant, this.#exchange(renewed)), grant: this.grant }
+      } catch (again) {
+        if (again instanceof GrantError && refusesSubject(again)) this.#refuse(renewed)
+        throw GrantError.at(this.grant, again)
+      }
+    }
+  }
+
+  onRetryCue (cue: () => void): void {
+    this.#o.subject.events.on('token', cue)
+  }
+
+  certificateChanged (renew: (dropRefresh: boolean) => void): void {
+    // the exchange is made with the subject's certificate: its token, bound to the new one, comes first
+    if (this.#awaitingSubject) return
+    this.#awaitingSubject = true
+    this.#o.subject.events.once('token', () => {
+      this.#awaitingSubject = false
+      renew(false)
+    })
+  }
+
+  async endSession (): Promise<undefined> {
+    // an exchanged token opens no session of its own: its subject credential's is ended
+    return undefined
+  }
+
+  async #exchange (token: string): ReturnType<OAuthClient['exchange']> {
+    return await this.server.exchange(token, this.#o.audience, this.#o.scope)
+  }
+
+  /** The subject's token to exchange: never one the exchange refused. */
+  async #subjectToken (): Promise<string> {
+    try {
+      return await this.#o.subject.accessTokenOtherThan(this.#refused)
+    } catch (err) {
+      if (err instanceof TokenUnavailableError) throw new GrantError('no token to exchange: its credential holds none yet', 'transient', { step: this.grant })
+      // its only token was refused, and no new one has come yet: the exchange is tried when it comes
+      throw GrantError.at(this.grant, err)
+    }
+  }
+
+  #refuse (token: string): void {
+    this.#refused.add(token)
+    if (this.#refused.size > MAX_REFUSED_SUBJECTS) this.#refused.delete(this.#refused.values().next().value!)
+  }
+}
