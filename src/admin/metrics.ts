@@ -1,6 +1,7 @@
 import type { EventEmitter } from 'node:events'
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
-import type { ProxyEvents, UpstreamErrorReason } from '../proxy/context.js'
+import type { ProxyEvents } from '../proxy/context.js'
+import type { UpstreamErrorReason } from '../proxy/failures.js'
 import { DPOP_REFUSALS } from '../token/challenge.js'
 import type { Credential, GrantOutcome, LogoutOutcome } from '../token/credential.js'
 import type { GrantType } from '../token/grant.js'

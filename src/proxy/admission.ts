@@ -102,8 +102,8 @@ export class Admission {
    * which Node's server gives up its requests, the close coming later).
    */
   static hasLeft (request: FastifyRequest): boolean {
-    const socket = request.raw.socket
-    return socket.destroyed || socket.readableEnded
+    const socket = request.raw.socket as Socket | null
+    return socket === null || socket.destroyed || socket.readableEnded
   }
 
   #connection (socket: Socket): Connection {

@@ -5,6 +5,7 @@ import type { ConnectTls } from '../tls/files.js'
 import type { RequestCredential } from '../token/credential.js'
 import type { AccessLine } from './access-log.js'
 import type { Admission } from './admission.js'
+import type { UpstreamErrorReason } from './failures.js'
 import type { UpstreamSlots } from './upstream-slots.js'
 
 /** One route as the proxy serves it. */
@@ -25,9 +26,6 @@ export interface RouteSettings {
   websocketMaxMessageBytes: number
 }
 
-/** Why the sidecar answered 502 or 504 itself. */
-export type UpstreamErrorReason = 'unreachable' | 'timeout' | 'reset'
-
 export interface UpstreamError {
   route: string
   reason: UpstreamErrorReason
@@ -43,20 +41,24 @@ export interface ProxyEvents {
   upstream_error: [error: UpstreamError]
 }
 
+/** Connections to the upstream that present one client certificate (or none): undici's pool, and what a WebSocket's connection takes. */
+export interface UpstreamConnection {
+  dispatcher: Dispatcher
+  tls: ConnectTls
+}
+
 /**
  * A route's connections to its upstream, TLS verified: each request takes
- * the pool whose client certificate matches its token's (a certificate-bound
- * token goes only where that certificate is presented).
+ * the connections whose client certificate matches its token's (a
+ * certificate-bound token goes only where that certificate is presented).
  */
 export interface UpstreamConnections {
-  /** the pool for a token obtained with `certificate`; undefined when that certificate's pool is closed (the token is stale) */
-  for(certificate: string | undefined): Dispatcher | undefined
+  /** the connections for a token obtained with `certificate`; undefined when that certificate's are closed (the token is stale) */
+  connectionFor(certificate: string | undefined): UpstreamConnection | undefined
   /** whether connections presenting `certificate` are open */
   presents(certificate: string): boolean
   /** the thumbprint of the certificate new connections present; undefined for none */
   readonly certificate: string | undefined
-  /** the same for a connection made outside the pools (a WebSocket's) */
-  tlsFor(certificate: string | undefined): ConnectTls | undefined
   /** why the client certificate cannot be presented now (expired, not yet valid); undefined when it can, or there is none */
   unusable(): string | undefined
   /** the subject of the client certificate presented, for messages */
@@ -74,15 +76,4 @@ export interface ProxyContext {
   admission: Admission
   log: Logger
   events: EventEmitter<ProxyEvents>
-}
-
-/** Errors that mean the upstream took the connection but closed it under the request. */
-const RESET_ERRORS = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE', 'UND_ERR_CLOSED', 'AUTH_SIDECAR_INTERIM_FLOOD'])
-const TIMEOUT_ERRORS = new Set(['UND_ERR_HEADERS_TIMEOUT', 'AUTH_SIDECAR_HANDSHAKE_TIMEOUT'])
-
-/** How a failed exchange is counted and answered: a timeout (504), or the upstream unreachable or reset (502). */
-export function upstreamFailure (err: unknown): { reason: UpstreamErrorReason, code: string } {
-  const e = err as { code?: string, name?: string, cause?: { code?: string } }
-  const code = e.code ?? e.cause?.code ?? e.name ?? 'error'
-  return { reason: TIMEOUT_ERRORS.has(code) ? 'timeout' : RESET_ERRORS.has(code) ? 'reset' : 'unreachable', code }
 }

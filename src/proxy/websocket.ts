@@ -3,12 +3,11 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { WebSocket, WebSocketServer } from 'ws'
 import type { Authorization } from '../token/credential.js'
 import { accessLine } from './access-log.js'
-import { Admission } from './admission.js'
-import { forConnection } from './authorize.js'
-import type { ProxyContext } from './context.js'
-import { answerUpstreamFailure, CertificateUnusableError, ClientGoneError } from './forward.js'
+import { Attempt, type Transport } from './attempt.js'
+import type { ProxyContext, UpstreamConnection } from './context.js'
+import { InvalidStatusError, TunnelRefusedError } from './failures.js'
 import { countHeader, forwardedHeaders } from './headers.js'
-import { sendError, sendTokenUnavailable } from './replies.js'
+import { sendError } from './replies.js'
 import { takeConnection } from './upgrade.js'
 import type { UpstreamTarget } from './target.js'
 import { relay } from './websocket-relay.js'
@@ -39,29 +38,11 @@ export function handshakeProblem (req: IncomingMessage): string | undefined {
   return undefined
 }
 
-/** The upstream did not answer the handshake within UPSTREAM_TIMEOUT_MS. */
-class HandshakeTimeoutError extends Error {
-  readonly code = 'AUTH_SIDECAR_HANDSHAKE_TIMEOUT'
-  constructor () {
-    super('the upstream did not answer the WebSocket handshake in time')
-    this.name = 'HandshakeTimeoutError'
-  }
-}
-
 /** How a route's WebSocket client reaches its upstream: through an egress proxy's tunnel, or directly. */
 export interface WebSocketEgress {
   agent?: Agent
   /** whether the egress proxy refused the tunnel of this handshake (its answer is then not the upstream's) */
   tunnelRefused?: (request: ClientRequest) => boolean
-}
-
-/** The egress proxy refused the tunnel to the upstream. */
-class TunnelRefusedError extends Error {
-  readonly code = 'AUTH_SIDECAR_TUNNEL_REFUSED'
-  constructor (status: number) {
-    super(`the egress proxy refused the tunnel (${status})`)
-    this.name = 'TunnelRefusedError'
-  }
 }
 
 /**
@@ -96,22 +77,24 @@ export class WebSocketSessions {
   }
 }
 
-class Handshake {
+/**
+ * One handshake through a route to its upstream, its policy the attempt's
+ * (attempt.ts: deadline, departure, a place, the authorization, the 401),
+ * a WebSocket client the transport: the client's handshake completes only
+ * after the upstream's, with the subprotocol the upstream chose.
+ */
+class Handshake implements Transport {
   readonly #request: FastifyRequest
   readonly #reply: FastifyReply
   readonly #o: ProxyContext
   readonly #egress: WebSocketEgress
   readonly #live: Set<{ close(): void }>
   readonly #target: UpstreamTarget
-  readonly #deadline: NodeJS.Timeout
-  #release: () => void = () => {}
-  #unwatch: () => void = () => {}
-  #leaveQueue: (() => void) | undefined
-  /** why the handshake was given up: its client left, or its time is up */
-  #givenUp: Error | undefined
+  readonly #attempt: Attempt
   /** the latest upstream handshake */
   #upstream: WebSocket | undefined
-  #settled = false
+  /** on shutdown, a handshake still under way is cut with its connection */
+  readonly #cut = { close: () => this.#request.raw.socket.destroy() }
 
   constructor (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, egress: WebSocketEgress, live: Set<{ close(): void }>, target: UpstreamTarget) {
     this.#target = target
@@ -120,54 +103,20 @@ class Handshake {
     this.#o = o
     this.#egress = egress
     this.#live = live
-    // a hard deadline: an upstream that answers a byte at a time does not extend it
-    this.#deadline = setTimeout(() => this.#giveUp(new HandshakeTimeoutError()), o.route.timeoutMs)
+    this.#attempt = new Attempt(request, reply, o, this, { replayable: true, failedAs: 'websocket upstream failed' })
   }
 
   start (): void {
-    // on shutdown, a handshake still under way is cut with its connection
-    const cut = { close: () => this.#request.raw.socket.destroy() }
-    this.#live.add(cut)
-    const unwatch = this.#o.admission.onDeparture(this.#request, () => {
-
-      this.#giveUp(new ClientGoneError())
-    })
-    this.#unwatch = () => {
-      this.#live.delete(cut)
-      unwatch()
-    }
-    const granted = (release: () => void): void => {
-      this.#leaveQueue = undefined
-      this.#release = release
-      this.#connect(this.#request.sidecarAuthorization!, false)
-    }
-    const release = this.#o.slots.take()
-    if (release !== undefined) granted(release)
-    else this.#leaveQueue = this.#o.slots.wait(granted, () => Admission.hasLeft(this.#request))
+    this.#live.add(this.#cut)
+    this.#attempt.start()
   }
 
-  #giveUp (reason: Error): void {
-    if (this.#settled) return
-    this.#givenUp = reason
-    this.#leaveQueue?.()
-    this.#upstream?.terminate()
-    this.#fail(reason)
-  }
-
-  /** One handshake with the upstream; a second, once, when its 401 asks for a new token or a DPoP nonce. */
-  #connect (authorization: Authorization, replayed: boolean): void {
-    const { route, credential } = this.#o
+  send (authorization: Authorization, connection: UpstreamConnection): void {
+    const route = this.#o.route
     const req = this.#request.raw
     const { path, query } = this.#target
-    const target = route.origin.replace(/^http/, 'ws') + path + query
     const protocols = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim()).filter(Boolean)
-    // a bound token goes only with its certificate: a token whose certificate was replaced gives way to the current one
-    authorization = forConnection(authorization, this.#o.upstream, credential)
-    const current = credential.current()
-    const tls = this.#o.upstream.tlsFor(authorization.certificate) ?? (current === undefined ? undefined : this.#o.upstream.tlsFor(current.certificate))
-    if (tls === undefined || this.#o.upstream.unusable() !== undefined) return this.#fail(new CertificateUnusableError(this.#o.upstream.unusable() ?? 'the token is bound to a client certificate that was replaced'))
-    if (this.#o.upstream.tlsFor(authorization.certificate) === undefined) authorization = current!
-    const up = this.#upstream = new WebSocket(target, protocols, {
+    const up = this.#upstream = new WebSocket(route.origin.replace(/^http/, 'ws') + path + query, protocols, {
       headers: forwardedHeaders(req.rawHeaders, {
         authorization: authorization.header,
         // a handshake's proof names the URL with http or https (RFC 9449 §4.2)
@@ -182,27 +131,16 @@ class Handshake {
       followRedirects: false,
       maxPayload: route.websocketMaxMessageBytes,
       ...(this.#egress.agent !== undefined && { agent: this.#egress.agent }),
-      ...tls
+      ...connection.tls
     })
+    this.#attempt.underway(() => up.terminate())
     up.once('unexpected-response', (upReq, res) => {
       res.destroy()
       up.terminate()
       const status = res.statusCode ?? 0
-      if (this.#egress.tunnelRefused?.(upReq) === true) return this.#fail(new TunnelRefusedError(status))
-      const verdict = credential.answered(authorization, status, res.headers['www-authenticate'], res.headers['dpop-nonce'])
-      if (status === 401 && verdict !== 'relay' && !replayed && !this.#settled) {
-        if (verdict === 'replay') return this.#connect(authorization, true)
-        credential.authorize().then((next) => { if (!this.#settled) this.#connect(next, true) }, (err: unknown) => {
-          this.#settle()
-          sendTokenUnavailable(this.#reply, err)
-        })
-        return
-      }
-      if (this.#settled) return
-      if (status < 200 || status > 599) {
-        this.#fail(Object.assign(new Error('an invalid status'), { code: 'invalid_status' }))
-        return
-      }
+      if (this.#egress.tunnelRefused?.(upReq) === true) return this.#failed(new TunnelRefusedError(status))
+      if (this.#attempt.over || this.#attempt.answered(status, res.headers['www-authenticate'], res.headers['dpop-nonce']) === 'replayed') return
+      if (status < 200 || status > 599) return this.#failed(new InvalidStatusError(status))
       // the upstream refused the upgrade: the client gets its status
       this.#settle()
       this.#reply.code(status).header('x-request-id', this.#request.id).header('content-length', '0').send()
@@ -210,16 +148,16 @@ class Handshake {
     up.once('error', (err) => {
       // ws reports a failed handshake in state CLOSING: whatever the state,
       // a client still waiting gets an answer (from the latest handshake only)
-      if (up === this.#upstream) this.#fail(err)
+      if (up === this.#upstream) this.#failed(err)
     })
     // the switch is an answer too: a DPoP-Nonce sent with it is the one the next proof carries
-    up.once('upgrade', (res) => { credential.answered(authorization, 101, res.headers['www-authenticate'], res.headers['dpop-nonce']) })
+    up.once('upgrade', (res) => { this.#attempt.answered(101, res.headers['www-authenticate'], res.headers['dpop-nonce']) })
     up.once('open', () => this.#opened(up))
   }
 
   /** The upstream switched: the client's handshake is completed with the subprotocol the upstream chose. */
   #opened (up: WebSocket): void {
-    if (this.#settled) return void up.terminate()
+    if (this.#attempt.over) return void up.terminate()
     const connection = takeConnection(this.#request.raw)
     if (connection === undefined) return void up.terminate()
     this.#settle()
@@ -248,19 +186,16 @@ class Handshake {
   }
 
   /** The handshake ends without a switch: the sidecar's answer, unless the client has gone. */
-  #fail (err: unknown): void {
-    if (this.#settled) return
-    this.#settle()
+  #failed (err: unknown): void {
+    if (this.#attempt.over) return
+    this.#live.delete(this.#cut)
     this.#upstream?.terminate()
-    const cause = this.#givenUp ?? err
-    if (cause instanceof ClientGoneError || this.#request.raw.socket.destroyed) return
-    answerUpstreamFailure(this.#o, this.#reply, this.#request.id, cause, 'websocket upstream failed')
+    this.#attempt.failed(err)
   }
 
+  /** The handshake is answered: its place given back, its watch gone. */
   #settle (): void {
-    this.#settled = true
-    clearTimeout(this.#deadline)
-    this.#unwatch()
-    this.#release()
+    this.#live.delete(this.#cut)
+    this.#attempt.finish()
   }
 }

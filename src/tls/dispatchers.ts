@@ -18,8 +18,9 @@ interface Made {
  * files change, a new dispatcher takes the new connections, and the old one
  * is closed (its requests finish first, its idle connections go). A token
  * bound to the old certificate keeps its connections until it is replaced:
- * `for` gives each request the dispatcher whose certificate matches its
- * token, and `retire` closes the old one once no held token is bound to it.
+ * `connectionFor` gives each request the dispatcher whose certificate
+ * matches its token, and `retire` closes the old one once no held token is
+ * bound to it.
  */
 export class TlsDispatcher {
   readonly #make: (tls: ConnectTls, onTlsError: (code: string) => void) => Dispatcher
@@ -74,28 +75,23 @@ export class TlsDispatcher {
     return this.#files?.unusable()
   }
 
-  /** What a connection for a token obtained with `certificate` presents and trusts (a WebSocket's, made outside the dispatchers); undefined when stale. */
-  tlsFor (certificate: string | undefined): ConnectTls | undefined {
-    const d = this.for(certificate)
-    return d === undefined ? undefined : [this.#current, ...this.#kept].find((m) => m.dispatcher === d)!.tls
-  }
-
   /** Whether connections presenting `certificate` (a thumbprint) are open: the current ones, or those kept for a token bound to it. */
   presents (certificate: string): boolean {
     return certificate === this.#current.certificate || this.#kept.some((m) => m.certificate === certificate)
   }
 
   /**
-   * The dispatcher for a request whose token was obtained presenting
-   * `certificate`: the one presenting that certificate when it is still
-   * open; undefined when it was closed (the token is stale); otherwise the
-   * current one.
+   * The connections for a request whose token was obtained presenting
+   * `certificate`: those presenting that certificate while they are still
+   * open; undefined when they were closed (the token is stale); otherwise
+   * the current ones. Their TLS settings serve a connection made outside the
+   * dispatcher (a WebSocket's).
    */
-  for (certificate: string | undefined): Dispatcher | undefined {
-    if (certificate === undefined || certificate === this.#current.certificate) return this.#current.dispatcher
+  connectionFor (certificate: string | undefined): { dispatcher: Dispatcher, tls: ConnectTls } | undefined {
+    if (certificate === undefined || certificate === this.#current.certificate) return this.#current
     const kept = this.#kept.find((m) => m.certificate === certificate)
-    if (kept !== undefined) return kept.dispatcher
-    return this.#retired.has(certificate) ? undefined : this.#current.dispatcher
+    if (kept !== undefined) return kept
+    return this.#retired.has(certificate) ? undefined : this.#current
   }
 
   /** Closes the replaced dispatchers that no held token is bound to any more. */
