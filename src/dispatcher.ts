@@ -1,8 +1,7 @@
-import type { ClientRequest } from 'node:http'
+import type { Agent as HttpAgent, ClientRequest } from 'node:http'
 import { HttpsProxyAgent } from 'https-proxy-agent'
 import { Agent, buildConnector, EnvHttpProxyAgent, Pool, type Dispatcher } from 'undici'
 import type { Config } from './config/load.js'
-import type { WebSocketEgress } from './proxy/websocket.js'
 import type { ConnectTls } from './tls/files.js'
 
 /**
@@ -36,12 +35,22 @@ function watchedConnector (tls: ConnectTls, onTlsError: (code: string) => void):
   })
 }
 
+/** How a route's WebSocket client reaches its upstream: through an egress proxy's tunnel, or directly. */
+export interface WebSocketEgress {
+  agent?: HttpAgent
+  /** whether the egress proxy refused the tunnel of this handshake (its answer is then not the upstream's) */
+  tunnelRefused?: (request: ClientRequest) => boolean
+}
+
 /**
  * The agent a route's WebSocket handshakes go through: a CONNECT tunnel
  * through the egress proxy (HTTPS_PROXY for wss, HTTP_PROXY for ws), TLS to
  * the upstream verified inside it; none when there is no proxy for the
  * upstream, or NO_PROXY names it (as undici's EnvHttpProxyAgent decides for
- * HTTP: a name, a `.suffix` or `*`, with an optional port).
+ * HTTP: a name, a `.suffix` or `*`, with an optional port). The decision is
+ * made here because ws takes a Node http.Agent, which undici's agent is
+ * not, and proxy-from-env reads the process's environment, which lacks the `.env` file's
+ * settings.
  */
 export function websocketEgress (egress: Config['egress'], origin: string): WebSocketEgress {
   const target = new URL(origin)

@@ -9,6 +9,7 @@ import { wellKnownUrl } from '../config/auth.js'
 import { errorBody, ERRORS, type ErrorCode } from '../errors.js'
 import { createLogger } from '../logger.js'
 import type { UpstreamError } from '../proxy/context.js'
+import type { Route } from '../route.js'
 import { dpopRefusalOf, hasDpopChallenge } from '../token/challenge.js'
 import type { TokenLifecycle } from '../token/lifecycle.js'
 import { advice, binding, certificateBinding, claims, describeCertificate, describeConfig, lifetimes, printable } from './describe.js'
@@ -100,8 +101,9 @@ type Say = (status: 'ok' | 'FAIL' | 'skip', step: string, text: string) => void
 async function steps (app: App, config: Config, args: CheckArgs, say: Say): Promise<number> {
   const named = config.routes.length > 1
   const of = (step: string, route: string): string => named ? `${step} (route ${route})` : step
-  const credentials = unique(app.routes.map((r) => r.config.credential))
-  const held = (c: CredentialConfig): HeldCredential => app.routes.find((r) => r.config.credential === c)!.credential
+  // each credential once, with the first route that uses it
+  const credentials = new Map<CredentialConfig, HeldCredential>()
+  for (const route of app.routes) if (!credentials.has(route.config.credential)) credentials.set(route.config.credential, route.credential)
   let code: number = CHECK_EXIT.ok
   const failed = (step: number): void => { if (code === CHECK_EXIT.ok) code = step }
 
@@ -118,8 +120,7 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
   }
 
   const usable = new Set<CredentialConfig>()
-  for (const c of credentials) {
-    const credential = held(c)
+  for (const [c, credential] of credentials) {
     if (credential.kind !== 'oauth2' || c.auth.mode !== 'oauth2') {
       say('skip', of('grant', c.name), 'basic mode has no token endpoint: the credentials go as Authorization: Basic')
       usable.add(c)
@@ -157,7 +158,7 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
       const what = c.exchange === undefined
         ? `${grant} grant at ${tokenUrl} (${await clientMode(credential, c)})`
         : `token exchange at ${tokenUrl} of route ${c.exchange.subject.name}'s token for audience ${c.exchange.audience}`
-      const upstreams = app.routes.filter((r) => r.config.credential === c).map((r) => ({ route: r.config.name, thumbprint: app.certificates.find((x) => x.which === 'upstream' && x.route === r.config.name)?.files.certificate?.thumbprint }))
+      const upstreams = app.routes.filter((r) => r.config.credential === c).map((r) => ({ route: r.name, thumbprint: r.certificate?.files.certificate?.thumbprint }))
       const bound = certificateBinding(set, upstreams)
       say(bound.failed ? 'FAIL' : 'ok', of(step, c.name), `${what}: ${lifetimes(set)}; ${claims(set.accessToken)}${binding(credential.source.server.dpop, set)}${bound.text}`)
       if (bound.failed) failed(CHECK_EXIT.grant)
@@ -170,17 +171,17 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
 
   // a route whose credential failed has its failure said already
   for (const route of app.routes) {
-    if (usable.has(route.config.credential)) failed(await upstreamStep(route, config, args, say, of('upstream', route.config.name)))
+    if (usable.has(route.config.credential)) failed(await upstreamStep(app, route, config, args, say, of('upstream', route.name)))
   }
 
   // the sessions opened are ended whatever the upstreams said
-  for (const c of credentials) {
+  for (const [c, credential] of credentials) {
     if (c.auth.mode !== 'oauth2' || c.exchange !== undefined || !usable.has(c)) continue
     if (!c.auth.logoutOnShutdown) {
       say('skip', of('session', c.name), 'left open: AUTH_LOGOUT_ON_SHUTDOWN=false (Keycloak ends it after SSO Session Idle)')
       continue
     }
-    const { outcome, detail } = await held(c).endSession(config.token.timeoutMs)
+    const { outcome, detail } = await credential.endSession(config.token.timeoutMs)
     if (outcome === 'error' || outcome === 'rejected') {
       say('FAIL', of('session', c.name), detail)
       failed(CHECK_EXIT.session)
@@ -189,10 +190,6 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
     }
   }
   return code
-}
-
-function unique<T> (items: T[]): T[] {
-  return [...new Set(items)]
 }
 
 /** The most of an upstream's answer `check` reads: enough to know it came, no more. */
@@ -207,11 +204,11 @@ const REFUSES_REQUEST = new Set([407, 408, 413, 414, 431])
  * say) prove the upstream took the token; 401 and 403 refuse it; 5xx and the
  * 4xx that refuse the request itself fail.
  */
-async function upstreamStep (route: App['routes'][number], config: Config, args: CheckArgs, say: Say, step: string): Promise<number> {
+async function upstreamStep (app: App, route: Route, config: Config, args: CheckArgs, say: Say, step: string): Promise<number> {
   const { origin, basePath, path: prefix, name, credential: c } = route.config
   const target = `${origin}${basePath}${args.path === '/' && basePath !== '' ? '' : args.path}`
   const failures: UpstreamError[] = []
-  route.events.on('upstream_error', (e) => { if (e.route === name) failures.push(e) })
+  app.events.on('upstream_error', (e) => { if (e.route === name) failures.push(e) })
   const started = performance.now()
   const giveUp = AbortSignal.timeout(config.upstream.timeoutMs + 1_000)
   let res

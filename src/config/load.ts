@@ -91,6 +91,7 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
   if (upstream?.protocol === 'http:' && upstreamTls?.certFile !== undefined) warnings.push('UPSTREAM_TLS_CERT_FILE is not presented: BASE_URL is http')
   const defaultRoute: RouteConfig = {
     name: 'default',
+    variables: { baseUrl: 'BASE_URL', port: 'PROXY_PORT' },
     origin: upstream?.origin ?? '',
     basePath: upstream?.pathname.replace(/\/+$/, '') ?? '',
     path: '',

@@ -97,18 +97,19 @@ export function parseRoutes (o: RouteInput, problems: string[], warnings: string
     const tls = upstreamTlsOf(upper, set, o, problems)
     if (upstream?.protocol === 'http:' && set.UPSTREAM_TLS_CERT_FILE !== undefined) warnings.push(`route ${name}: ROUTE_${upper}_UPSTREAM_TLS_CERT_FILE is not presented: ROUTE_${upper}_BASE_URL is http`)
     if (upstream === undefined || where === undefined || credential === undefined) continue
-    routes.push({ name, origin: upstream.origin, basePath: upstream.pathname.replace(/\/+$/, ''), ...where, credential, ...(tls !== undefined && { tls }) })
+    const variables = { baseUrl: `ROUTE_${upper}_BASE_URL`, ...('port' in where ? { port: `ROUTE_${upper}_PORT` } : { path: `ROUTE_${upper}_PATH` }) }
+    routes.push({ name, variables, origin: upstream.origin, basePath: upstream.pathname.replace(/\/+$/, ''), ...where, credential, ...(tls !== undefined && { tls }) })
   }
 
   // one route per port and per prefix (the default route has neither of its own)
   const taken = new Map<string, string>()
   for (const route of routes) {
-    const [setting, value] = route.port !== undefined ? ['PORT', String(route.port)] : ['PATH', route.path]
+    const [variable, value] = route.port !== undefined ? [route.variables.port!, String(route.port)] : [route.variables.path!, route.path]
     if (route.port === 0) continue
-    const variable = `ROUTE_${route.name.toUpperCase()}_${setting}`
-    const other = taken.get(`${setting} ${value}`)
-    if (other !== undefined) problems.push(`route ${route.name}: ${variable}=${value} is ${other}'s too: one route per ${setting === 'PORT' ? 'port' : 'prefix'}`)
-    else taken.set(`${setting} ${value}`, variable)
+    const place = `${route.port !== undefined ? 'port' : 'prefix'} ${value}`
+    const other = taken.get(place)
+    if (other !== undefined) problems.push(`route ${route.name}: ${variable}=${value} is ${other}'s too: one route per ${route.port !== undefined ? 'port' : 'prefix'}`)
+    else taken.set(place, variable)
   }
   return routes
 }
@@ -203,7 +204,14 @@ function authOf (name: string, upper: string, data: Record<string, unknown>, o: 
   problems.push(...own.map(said))
   // what it inherits was warned about for the default route already
   warnings.push(...ownWarnings.filter((w) => !warnings.includes(w)).map(said))
-  return own.length === 0 ? parsed : undefined
+  if (own.length > 0) return undefined
+  // its TLS files named by the variables that set them: its own, or the default route's
+  const tls = parsed.auth.mode === 'oauth2' ? parsed.auth.tls : undefined
+  if (tls !== undefined) {
+    const named = (variable: string): string => variable in data && !(variable in o.defaultAuth && o.defaultAuth[variable] === data[variable]) ? `ROUTE_${upper}_${variable}` : variable
+    tls.names = { cert: named(tls.names.cert), key: named(tls.names.key), ca: named(tls.names.ca) }
+  }
+  return parsed
 }
 
 /** A credential's identity: its AUTH_* settings as set, in order. */

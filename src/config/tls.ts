@@ -25,6 +25,7 @@ export function tlsPaths (setting: TlsSetting, cwd: string, problems: string[]):
   if (cert !== undefined && key === undefined) problems.push(`${names.cert} is set without ${names.key}: give the certificate's key`)
   if (key !== undefined && cert === undefined) problems.push(`${names.key} is set without ${names.cert}: give the key's certificate`)
   const paths: TlsPaths = {
+    names,
     ...(cert !== undefined && { certFile: resolve(cwd, cert) }),
     ...(key !== undefined && { keyFile: resolve(cwd, key) }),
     ...(ca !== undefined && { caFile: resolve(cwd, ca) })

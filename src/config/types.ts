@@ -1,4 +1,5 @@
 import type { KeyAlgorithm } from './client-key.js'
+import type { TlsNames } from './pem.js'
 import type { DPOP_ALGORITHMS, VariableName } from './schema.js'
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
@@ -9,11 +10,12 @@ export type PrimaryGrant = 'password' | 'client_credentials'
 /** How the client authenticates to the token endpoint (AUTH_CLIENT_AUTH). */
 export type ClientAuth = 'client_secret_post' | 'client_secret_basic' | 'private_key_jwt' | 'client_secret_jwt' | 'federated_jwt' | 'tls_client_auth'
 
-/** TLS files for the connections to one server: a client certificate and its key, extra trusted CAs (absolute paths). */
+/** TLS files for the connections to one server: a client certificate and its key, extra trusted CAs (absolute paths), and the variables that named them. */
 export interface TlsPaths {
   certFile?: string
   keyFile?: string
   caFile?: string
+  names: TlsNames
 }
 
 /** The DPoP key's algorithm (AUTH_DPOP_ALG). */
@@ -73,6 +75,8 @@ export interface CredentialConfig {
 export interface RouteConfig {
   /** `default`, or the route's name in lower case */
   name: string
+  /** the variables its settings came from, for what is said of them */
+  variables: { baseUrl: string, port?: string, path?: string }
   /** `scheme://host[:port]` of its BASE_URL, the only origin its token is ever sent to */
   origin: string
   /** its BASE_URL's path without the trailing slash; '' for none */

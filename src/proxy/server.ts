@@ -24,6 +24,15 @@ export interface ListenerOptions {
   events: EventEmitter<ProxyEvents>
 }
 
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** the listener's bounds, which every route registered on it shares */
+    sidecarAdmission: Admission
+    /** the listener's WebSocket sessions, closed together on shutdown */
+    sidecarWebSockets: WebSocketSessions
+  }
+}
+
 /** One listener: the Fastify instance routes are registered on, and what they share. */
 export interface Listener {
   app: FastifyInstance
@@ -94,12 +103,15 @@ export function buildListener (o: ListenerOptions): Listener {
   app.setNotFoundHandler((_request, reply) => { sendError(reply, 'method_not_allowed', { status: 405 }) })
 
   const admission = new Admission(o.maxRequests)
+  const websockets = new WebSocketSessions()
+  app.decorate('sidecarAdmission', admission)
+  app.decorate('sidecarWebSockets', websockets)
   app.register(accessLog, { route: o.route, onResponse })
   app.register(admission.plugin)
   app.register(guard)
   routeUpgrades(app)
   app.server.on('connect', refusals.onConnect)
-  return { app, admission, websockets: new WebSocketSessions() }
+  return { app, admission, websockets }
 }
 
 /** The client's X-Request-Id when it looks like an id, else a new one. */

@@ -1,6 +1,7 @@
-import type { Agent, ClientRequest, IncomingMessage } from 'node:http'
+import type { IncomingMessage } from 'node:http'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { WebSocket, WebSocketServer } from 'ws'
+import type { WebSocketEgress } from '../dispatcher.js'
 import type { Authorization } from '../token/credential.js'
 import { accessLine } from './access-log.js'
 import { Attempt, type Transport } from './attempt.js'
@@ -36,13 +37,6 @@ export function handshakeProblem (req: IncomingMessage): string | undefined {
     if (names.some((n) => !TOKEN.test(n)) || new Set(names).size !== names.length) return 'a malformed Sec-WebSocket-Protocol'
   }
   return undefined
-}
-
-/** How a route's WebSocket client reaches its upstream: through an egress proxy's tunnel, or directly. */
-export interface WebSocketEgress {
-  agent?: Agent
-  /** whether the egress proxy refused the tunnel of this handshake (its answer is then not the upstream's) */
-  tunnelRefused?: (request: ClientRequest) => boolean
 }
 
 /**

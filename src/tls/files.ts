@@ -57,18 +57,18 @@ export class TlsFiles extends EventEmitter<TlsFilesEvents> {
   /** NODE_EXTRA_CA_CERTS's certificates, trusted with a CA file's */
   readonly #extraCas: readonly string[]
 
-  private constructor (which: string, paths: TlsPaths, names: TlsNames, log: Logger, extraCas: readonly string[]) {
+  private constructor (which: string, paths: TlsPaths, log: Logger, extraCas: readonly string[]) {
     super()
     this.which = which
     this.paths = paths
-    this.names = names
+    this.names = paths.names
     this.#log = log
     this.#extraCas = extraCas
   }
 
   /** Reads the files once; throws a TlsFileError naming the file that cannot be used. */
-  static async load (which: string, paths: TlsPaths, names: TlsNames, log: Logger, extraCas: readonly string[] = []): Promise<TlsFiles> {
-    const files = new TlsFiles(which, paths, names, log, extraCas)
+  static async load (which: string, paths: TlsPaths, log: Logger, extraCas: readonly string[] = []): Promise<TlsFiles> {
+    const files = new TlsFiles(which, paths, log, extraCas)
     files.#use(files.#parse(await files.#texts()))
     return files
   }
@@ -249,11 +249,11 @@ export class TlsFileSets {
   }
 
   /** The files at `paths`, read once; throws a TlsFileError when they cannot be used. */
-  async of (paths: TlsPaths, which: string, names: TlsNames): Promise<TlsFiles> {
+  async of (paths: TlsPaths, which: string): Promise<TlsFiles> {
     const key = JSON.stringify([paths.certFile, paths.keyFile, paths.caFile])
     let files = this.#sets.get(key)
     if (files === undefined) {
-      files = TlsFiles.load(which, paths, names, this.#log, paths.caFile === undefined ? [] : this.#extra())
+      files = TlsFiles.load(which, paths, this.#log, paths.caFile === undefined ? [] : this.#extra())
       this.#sets.set(key, files)
     }
     return await files

@@ -6,31 +6,28 @@ import { BasicCredential } from './basic.js'
 import { ClientAuthenticator } from './client-auth.js'
 import type { Clock } from './clock.js'
 import { DpopKey } from './dpop.js'
-import type { AuthFetch } from './http.js'
+import { createDispatcher } from '../dispatcher.js'
+import { TlsDispatcher } from '../tls/dispatchers.js'
+import { authFetch, MAX_ANSWER_BYTES, type AuthFetch } from './http.js'
 import { TokenExchange } from './exchange.js'
 import { TokenLifecycle } from './lifecycle.js'
 import { OwnGrants } from './own-grants.js'
 import { OAuthClient } from './oauth-client.js'
-import { tlsNames } from '../config/tls.js'
 import type { TokenSource } from './source.js'
 import type { TlsFiles, TlsFileSets } from '../tls/files.js'
 
 /** A credential as the sidecar holds it: a token kept fresh (oauth2), or fixed Basic credentials. */
 export type HeldCredential = TokenLifecycle | BasicCredential
 
-/** What the credentials share: the auth server's HTTP clients, the TLS files, the scrubber, time, the log. */
+/** What the credentials share: the settings, the TLS files, the scrubber, time, the log. */
 export interface CredentialDeps {
   config: Config
-  /**
-   * A new HTTP client of the auth server, its connections its own, presenting
-   * and trusting what `tls` says (Node's defaults without), and its last
-   * refusal of the certificate
-   */
-  httpFor: (tls: TlsFiles | undefined) => { fetch: AuthFetch, refusal: () => string | undefined }
   tls: TlsFileSets
   secrets: SecretScrubber
   clock: Clock
   log: pino.Logger
+  /** replaces the HTTP client of the auth server (tests) */
+  fetch?: AuthFetch
 }
 
 /**
@@ -48,6 +45,8 @@ export class CredentialRegistry {
   /** each oauth2 credential's TLS files for the auth server */
   readonly #tls = new Map<CredentialConfig, TlsFiles | undefined>()
   readonly #stores: CredentialStore[] = []
+  /** the auth server connections, a set per OAuth client */
+  readonly #connections: TlsDispatcher[] = []
 
   constructor (deps: CredentialDeps) {
     this.#deps = deps
@@ -67,14 +66,42 @@ export class CredentialRegistry {
     return made
   }
 
-  /** The TLS files a credential presents to the auth server; undefined when it presents none of its own. */
-  tlsOf (config: CredentialConfig): TlsFiles | undefined {
-    return this.#tls.get(config)
+  /** The client certificates the credentials present to the auth server, each under the route whose settings define it. */
+  get certificates (): Array<{ which: 'auth', route: string, files: TlsFiles }> {
+    return [...this.#tls].flatMap(([config, files]) => files?.certificate === undefined ? [] : [{ which: 'auth' as const, route: config.name, files }])
   }
 
-  /** Stops watching the secrets' files. */
-  close (): void {
+  /** Every credential, started. */
+  start (): void {
+    for (const credential of this.#held.values()) credential.start()
+  }
+
+  /**
+   * Stops every credential, then ends the sessions they opened (where
+   * AUTH_LOGOUT_ON_SHUTDOWN allows: one request each, TOKEN_TIMEOUT_MS at
+   * most, even when the drain took the whole grace period), then closes
+   * the connections to the auth server.
+   */
+  async close (): Promise<void> {
+    for (const credential of this.#held.values()) credential.stop()
     for (const store of this.#stores) store.close()
+    await Promise.all(this.all.map(async ({ config, credential }) => {
+      if (config.auth.mode === 'oauth2' && config.auth.logoutOnShutdown) await credential.endSession(this.#deps.config.token.timeoutMs)
+    }))
+    await Promise.all(this.#connections.map(async (connections) => await connections.destroy()))
+  }
+
+  /**
+   * A new HTTP client of the auth server, its connections its own (one
+   * credential's hanging requests never hold up another's), presenting and
+   * trusting what `tls` says (Node's defaults without), and its last
+   * refusal of the certificate.
+   */
+  #http (tls: TlsFiles | undefined): { fetch: AuthFetch, refusal: () => string | undefined } {
+    if (this.#deps.fetch !== undefined) return { fetch: this.#deps.fetch, refusal: () => undefined }
+    const connections = new TlsDispatcher((connect, onTlsError) => createDispatcher(this.#deps.config.egress, undefined, { connections: 2, keepAliveTimeout: 4_000, maxResponseSize: MAX_ANSWER_BYTES }, connect, onTlsError), tls)
+    this.#connections.push(connections)
+    return { fetch: authFetch(connections), refusal: () => connections.refusal() }
   }
 
   async #make (config: CredentialConfig): Promise<HeldCredential> {
@@ -102,7 +129,7 @@ export class CredentialRegistry {
     this.#stores.push(store)
     if (config.auth.mode === 'basic') return await BasicCredential.create(store)
     const { tokenUrl, issuerUrl, discoveryUrl, alternateTokenUrl, grantType, clientAuth, clientId, clientKeyAlg, clientKeyId, scope, params, dpop } = config.auth
-    const tls = config.auth.tls === undefined ? undefined : await this.#deps.tls.of(config.auth.tls, config.name === 'default' ? 'auth' : `auth (route ${config.name})`, tlsNames(this.#authTlsPrefix(config)))
+    const tls = config.auth.tls === undefined ? undefined : await this.#deps.tls.of(config.auth.tls, config.name === 'default' ? 'auth' : `auth (route ${config.name})`)
     const dpopKey = dpop === undefined ? undefined : await DpopKey.generate(dpop)
     const client = new ClientAuthenticator({
       clientId,
@@ -112,7 +139,7 @@ export class CredentialRegistry {
       onSecret: (value) => secrets.addToken(value)
     })
     const made = (): OAuthClient => {
-      const connections = this.#deps.httpFor(tls)
+      const connections = this.#http(tls)
       return new OAuthClient({
       ...(tokenUrl !== undefined && { tokenUrl }),
       ...(issuerUrl !== undefined && { issuerUrl }),
@@ -137,13 +164,6 @@ export class CredentialRegistry {
     const manager = this.#lifecycle(new OwnGrants({ server: made(), credentials: store, clock, log, secrets }), log, clock, secrets, global)
     if (tls?.certificate !== undefined) tls.on('change', () => manager.certificateChanged())
     return manager
-  }
-
-  /** The prefix of the AUTH_TLS_* variables a credential's files are named by: a route's own, or the default route's. */
-  #authTlsPrefix (config: CredentialConfig): string {
-    const own = config.auth.mode === 'oauth2' ? config.auth.tls : undefined
-    const inherited = this.#deps.config.auth.mode === 'oauth2' ? this.#deps.config.auth.tls : undefined
-    return config.name === 'default' || own?.certFile === inherited?.certFile ? 'AUTH_TLS' : `ROUTE_${config.name.toUpperCase()}_AUTH_TLS`
   }
 
   #lifecycle (source: TokenSource, log: pino.Logger, clock: Clock, secrets: SecretScrubber, config: Config): TokenLifecycle {

@@ -63,8 +63,13 @@ t.test('a route\'s upstream TLS files: its own named as its own, the others the 
     ['UPSTREAM_TLS_KEY_FILE holds a key that is not the one of the certificate in ROUTE_BILLING_UPSTREAM_TLS_CERT_FILE'])
   const config = loadConfig({ ...BASE, ...withDefault, ...route, ROUTE_BILLING_UPSTREAM_TLS_CERT_FILE: b.certFile, ROUTE_BILLING_UPSTREAM_TLS_KEY_FILE: b.keyFile, ROUTE_OTHER_BASE_URL: 'https://other.example.com', ROUTE_OTHER_PATH: '/other' }, { cwd: dir })
   const [main, billing, other] = config.routes
-  t.same(billing!.tls, { certFile: b.certFile, keyFile: b.keyFile, caFile: ca.caFile }, 'its own pair, the default route\'s CA')
+  t.same(billing!.tls, { certFile: b.certFile, keyFile: b.keyFile, caFile: ca.caFile, names: { cert: 'ROUTE_BILLING_UPSTREAM_TLS_CERT_FILE', key: 'ROUTE_BILLING_UPSTREAM_TLS_KEY_FILE', ca: 'UPSTREAM_TLS_CA_FILE' } }, 'its own pair, the default route\'s CA, each named by the variable that set it')
   t.equal(other!.tls, main!.tls, 'a route that names none shares the default route\'s')
+  const onlyCa = loadConfig({ ...BASE, ...route, ROUTE_BILLING_UPSTREAM_TLS_CA_FILE: ca.caFile }, { cwd: dir })
+  t.same(onlyCa.routes[1]!.tls!.names, { cert: 'UPSTREAM_TLS_CERT_FILE', key: 'UPSTREAM_TLS_KEY_FILE', ca: 'ROUTE_BILLING_UPSTREAM_TLS_CA_FILE' }, 'a route that sets only its CA file: that file is named by its own variable')
+  const auth = loadConfig({ ...BASE, AUTH_URL: 'https://sso.example.com', ...route, ROUTE_BILLING_AUTH_TLS_CA_FILE: ca.caFile }, { cwd: dir })
+  const billingAuth = auth.routes[1]!.credential.auth
+  t.same(billingAuth.mode === 'oauth2' ? billingAuth.tls?.names : undefined, { cert: 'AUTH_TLS_CERT_FILE', key: 'AUTH_TLS_KEY_FILE', ca: 'ROUTE_BILLING_AUTH_TLS_CA_FILE' }, 'and so is its auth server\'s')
 })
 
 t.test('a client certificate for an http server is not presented: a warning, or an error where the client authenticates by it', async (t) => {
@@ -107,7 +112,7 @@ t.test('a large CA bundle is parsed by TLS once per change of its content: a fil
     })
   })
   const { captureLogger } = await import('../helpers/log.js')
-  const files = await TlsFiles.load('upstream', { caFile: bundle }, { cert: 'UPSTREAM_TLS_CERT_FILE', key: 'UPSTREAM_TLS_KEY_FILE', ca: 'UPSTREAM_TLS_CA_FILE' }, captureLogger().logger)
+  const files = await TlsFiles.load('upstream', { caFile: bundle, names: { cert: 'UPSTREAM_TLS_CERT_FILE', key: 'UPSTREAM_TLS_KEY_FILE', ca: 'UPSTREAM_TLS_CA_FILE' } }, captureLogger().logger)
   files.watch()
   t.teardown(() => files.close())
   t.same(counts, { contexts: 1, parsed: 0 }, 'read at start: one TLS context, the certificates parsed by TLS only')
@@ -123,7 +128,7 @@ t.test('a large CA bundle is parsed by TLS once per change of its content: a fil
   await until(() => changes === 1, 4_000)
   t.same(counts, { contexts: 2, parsed: 0 }, 'changed: one new context, made once')
   const log = captureLogger()
-  const watched = await TlsFiles.load('upstream', { caFile: bundle }, { cert: 'UPSTREAM_TLS_CERT_FILE', key: 'UPSTREAM_TLS_KEY_FILE', ca: 'UPSTREAM_TLS_CA_FILE' }, log.logger)
+  const watched = await TlsFiles.load('upstream', { caFile: bundle, names: { cert: 'UPSTREAM_TLS_CERT_FILE', key: 'UPSTREAM_TLS_KEY_FILE', ca: 'UPSTREAM_TLS_CA_FILE' } }, log.logger)
   watched.watch()
   t.teardown(() => watched.close())
   let taken = 0

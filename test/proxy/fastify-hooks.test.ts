@@ -68,3 +68,12 @@ t.test('no line of Fastify\'s or reply-from\'s own request logging, one line of 
   const msgs = h.log.records().map((r) => r.msg)
   t.notOk(msgs.some((m) => m === 'incoming request' || m === 'request completed' || m === 'fetching from remote server' || m === 'response received'))
 })
+
+t.test('each route\'s requests meet each hook once: the access log, admission, the guard, then the credential', async (t) => {
+  const h = await build(t, { ROUTE_BILLING_BASE_URL: 'http://127.0.0.1:9/billing', ROUTE_BILLING_PATH: '/billing' })
+  // Fastify's own listing of each route and the onRequest hooks its requests run through
+  const listing = h.app.proxy.printRoutes({ includeHooks: true, commonPrefix: false })
+  const onRequest = [...listing.matchAll(/\(onRequest\) (\[.*\])/g)].map((m) => (JSON.parse(m[1]!) as string[]).length)
+  t.ok(onRequest.length >= 4, `${onRequest.length} routes listed, the default route's and billing's`)
+  t.same([...new Set(onRequest)], [4], 'four hooks on each, none twice')
+})
