@@ -32,6 +32,7 @@ Named routes: more APIs from the same sidecar, each ROUTE_<NAME>_<SETTING>
 (NAME of letters, digits and _); the variables above are the default route's:
 ${routeRows.join('\n')}
 
-More: README.md (quick start, troubleshooting), .env.example, docs/.
+More: README.md (quick start, guides), docs/configuration.md, docs/behaviour.md
+(troubleshooting), .env.example.
 `
 }

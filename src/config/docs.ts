@@ -10,7 +10,8 @@ export function renderEnvExample (): string {
   const lines = [
     '# auth-sidecar configuration. Copy to .env (read from the working directory;',
     '# the environment wins over it). Generated from src/config/schema.ts:',
-    '# `npm run docs` rewrites this file and the table in README.md.',
+    '# `npm run docs` rewrites this file and the tables in docs/configuration.md',
+    '# and docs/routes.md.',
     '#',
     '# Also honoured: HTTPS_PROXY, HTTP_PROXY, NO_PROXY (egress proxy, any case)',
     '# and NODE_EXTRA_CA_CERTS (extra trusted CAs).',
@@ -22,9 +23,8 @@ export function renderEnvExample (): string {
     lines.push('')
   }
   lines.push(
-    '# Named routes: more APIs from the same sidecar (README.md, "Several APIs from',
-    '# one sidecar"). Each is a set of ROUTE_<NAME>_<SETTING> variables, NAME of',
-    '# letters, digits and _:',
+    '# Named routes: more APIs from the same sidecar (docs/routes.md). Each is a',
+    '# set of ROUTE_<NAME>_<SETTING> variables, NAME of letters, digits and _:',
     ...Object.entries(ROUTE_SETTING_DESCRIPTIONS).map(([setting, description]) => `#   ${setting.padEnd(22)} ${description}`),
     '# For example, an API that wants a token for its own audience, exchanged from',
     '# the default route\'s:',
@@ -36,8 +36,8 @@ export function renderEnvExample (): string {
   return lines.join('\n')
 }
 
-/** The configuration table of README.md. */
-export function renderReadmeTable (): string {
+/** The table of every variable, for docs/configuration.md. */
+export function renderConfigTable (): string {
   const rows = ['| variable | default | meaning |', '|---|---|---|']
   for (const [name, p] of Object.entries(properties) as Array<[string, Prop]>) {
     const shown = shownDefault(p)
@@ -46,7 +46,7 @@ export function renderReadmeTable (): string {
   return rows.join('\n')
 }
 
-/** The named routes' settings, for README.md. */
+/** The named routes' settings, for docs/routes.md and docs/configuration.md. */
 export function renderRouteTable (): string {
   return ['| `ROUTE_<NAME>_` | meaning |', '|---|---|', ...Object.entries(ROUTE_SETTING_DESCRIPTIONS).map(([setting, description]) => `| \`${setting}\` | ${description} |`)].join('\n')
 }

@@ -1,16 +1,17 @@
 import { readFileSync } from 'node:fs'
 import t from 'tap'
-import { renderEnvExample, renderReadmeTable, renderRouteTable } from '../../src/config/docs.js'
+import { renderConfigTable, renderEnvExample, renderRouteTable } from '../../src/config/docs.js'
 import { loadConfig } from '../../src/config/load.js'
 import { properties } from '../../src/config/schema.js'
 
 const root = new URL('../../', import.meta.url)
 
-t.test('.env.example and the README table say what the schema says (npm run docs)', async (t) => {
+t.test('.env.example and the tables of the docs say what the schema says (npm run docs)', async (t) => {
   t.equal(readFileSync(new URL('.env.example', root), 'utf8'), renderEnvExample(), '.env.example is current')
-  const readme = readFileSync(new URL('README.md', root), 'utf8')
-  t.ok(readme.includes(renderReadmeTable()), 'README table is current')
-  t.ok(readme.includes(renderRouteTable()), 'and so is its table of route settings')
+  const configuration = readFileSync(new URL('docs/configuration.md', root), 'utf8')
+  t.ok(configuration.includes(renderConfigTable()), 'the table of variables in docs/configuration.md is current')
+  t.ok(configuration.includes(renderRouteTable()), 'and so is its table of route settings')
+  t.ok(readFileSync(new URL('docs/routes.md', root), 'utf8').includes(renderRouteTable()), 'and the one in docs/routes.md')
   for (const name of Object.keys(properties)) {
     t.match(renderEnvExample(), new RegExp(`^# ${name}=`, 'm'), name)
   }
