@@ -6,6 +6,8 @@ import { buildAdmin } from './admin/server.js'
 import { createMetrics, type Metrics } from './admin/metrics.js'
 import type { Config } from './config/load.js'
 import type { ProxyEvents } from './proxy/context.js'
+import type { ForwardCa } from './forward/ca.js'
+import type { ForwardProxy } from './forward/proxy.js'
 import { buildListener, type Listener } from './proxy/server.js'
 import { Route, type CertificateInUse } from './route.js'
 import { SecretScrubber } from './secrets.js'
@@ -40,8 +42,10 @@ export interface App {
   secrets: SecretScrubber
   /** the client certificates in use: the credentials' to the auth server, then the routes' to their upstreams */
   certificates: CertificateInUse[]
+  /** the forward proxy and its CA, when FORWARD_PROXY_PORT is set */
+  forward?: { proxy: ForwardProxy, ca: ForwardCa | undefined }
   /** Starts the token lifecycle and every listener; resolves with their addresses (the routes' with a port of their own by name). */
-  listen(): Promise<{ proxy: AddressInfo, admin: AddressInfo, routes: Record<string, AddressInfo> }>
+  listen(): Promise<{ proxy: AddressInfo, admin: AddressInfo, routes: Record<string, AddressInfo>, forward?: AddressInfo }>
   /**
    * Stops taking requests, lets in-flight ones finish (at most `graceMs`),
    * ends the auth server sessions when AUTH_LOGOUT_ON_SHUTDOWN allows
@@ -110,11 +114,31 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     await tls.close()
     throw err
   }
+  // The forward proxy's modules (and the certificate library) load only when it is on.
+  let forward: App['forward']
+  const servers: Array<() => FastifyInstance> = []
+  if (config.forward !== undefined) {
+    const settings = config.forward
+    const { ForwardCa } = await import('./forward/ca.js')
+    const { ForwardProxy } = await import('./forward/proxy.js')
+    const ca = settings.ca === undefined ? undefined : await ForwardCa.load(settings.ca, logger.child({ component: 'forward' }))
+    const proxy = new ForwardProxy({
+      config,
+      settings,
+      ca,
+      routes,
+      listener: { maxRequests: config.proxy.maxRequests, ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }), log: proxyLog, events },
+      ownPorts: () => servers.map((server) => (server().server.address() as AddressInfo | null)?.port ?? 0)
+    })
+    await proxy.register(routeDeps)
+    forward = { proxy, ca }
+  }
   const certificates = [...credentials.certificates, ...routes.flatMap((route) => route.certificate === undefined ? [] : [route.certificate])]
 
   const metrics = createMetrics(routes.map((route) => route.name))
   for (const { config: c, credential } of credentials.all) metrics.watchCredential(c.name, credential, { dpop: c.auth.mode === 'oauth2' && c.auth.dpop !== undefined })
   metrics.watchProxy(events)
+  if (forward !== undefined) metrics.watchForwardProxy(events)
   for (const { which, route, files } of certificates) metrics.watchCertificate(which, route, files)
   // An access line has fixed fields, none secret; pino's redaction paths
   // cost a sixth of a proxied request's CPU when checked on every line.
@@ -125,24 +149,33 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   const admin = buildAdmin({
     registry: metrics.registry,
     log: logger.child({ component: 'admin' }),
-    notReady: () => closing ? { reason: 'shutting down' } : notReady(routes)
+    notReady: () => closing ? { reason: 'shutting down' } : notReady(routes, forward?.ca?.unusable())
   })
+  servers.push(() => main.app, () => admin, ...[...own.values()].map((listener) => () => listener.app))
+  if (forward !== undefined) servers.push(() => forward.proxy.listener.app)
 
   // The token lifecycles follow PROXY_PORT's listener: they start when it is ready.
   main.app.addHook('onReady', async () => {
     await tls.watch()
+    forward?.ca?.watch()
     credentials.start()
   })
 
   /** What closing does, in order. */
   async function shutdown (graceMs: number): Promise<void> {
     closing = true
+    if (forward !== undefined) {
+      forward.proxy.cutTunnels()
+      await drain(forward.proxy.listener, graceMs, logger)
+      await forward.proxy.close()
+    }
     await Promise.all([...own.values()].map(async (listener) => await drain(listener, graceMs, logger)))
     await drain(main, graceMs, logger)
     await admin.close()
     await credentials.close()
     await Promise.all(routes.map(async (route) => await route.close()))
     await tls.close()
+    forward?.ca?.close()
   }
 
   let closed: Promise<void> | undefined
@@ -155,6 +188,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     events,
     secrets,
     certificates,
+    ...(forward !== undefined && { forward }),
     async listen () {
       await admin.listen({ port: config.admin.port, host: config.admin.host, listenTextResolver: (address) => `admin endpoints on ${address}` })
         .catch((err: NodeJS.ErrnoException) => { throw new ListenError('ADMIN_PORT', config.admin.host, config.admin.port, err) })
@@ -167,7 +201,12 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       }
       await main.app.listen({ port: config.proxy.port, host: config.proxy.host, listenTextResolver: (address) => `proxy on ${address}` })
         .catch((err: NodeJS.ErrnoException) => { throw new ListenError('PROXY_PORT', config.proxy.host, config.proxy.port, err) })
-      return { proxy: main.app.server.address() as AddressInfo, admin: admin.server.address() as AddressInfo, routes: ports }
+      const addresses = { proxy: main.app.server.address() as AddressInfo, admin: admin.server.address() as AddressInfo, routes: ports }
+      if (forward === undefined) return addresses
+      const port = config.forward!.port
+      await forward.proxy.listener.app.listen({ port, host: config.proxy.host, listenTextResolver: (address) => `forward proxy on ${address}` })
+        .catch((err: NodeJS.ErrnoException) => { throw new ListenError('FORWARD_PROXY_PORT', config.proxy.host, port, err) })
+      return { ...addresses, forward: forward.proxy.listener.app.server.address() as AddressInfo }
     },
     close (graceMs = config.shutdownGraceMs) {
       closed ??= shutdown(graceMs)
@@ -212,14 +251,14 @@ async function drain (listener: Listener, graceMs: number, logger: pino.Logger):
   }
 }
 
-/** Why the sidecar is not ready: the routes that cannot serve, each with its reason. */
-function notReady (routes: Route[]): { reason: string, routes?: Record<string, string> } | undefined {
+/** Why the sidecar is not ready: the routes that cannot serve, each with its reason, or the forward proxy's CA. */
+function notReady (routes: Route[], forwardCa: string | undefined): { reason: string, routes?: Record<string, string> } | undefined {
   const reasons = new Map<string, string>()
   for (const route of routes) {
     const reason = route.notReady()
     if (reason !== undefined) reasons.set(route.name, reason)
   }
-  if (reasons.size === 0) return undefined
+  if (reasons.size === 0) return forwardCa === undefined ? undefined : { reason: `forward proxy: ${forwardCa}` }
   if (routes.length === 1) return { reason: reasons.get('default')! }
   return { reason: [...reasons].map(([name, reason]) => `route ${name}: ${reason}`).join('; '), routes: Object.fromEntries(reasons) }
 }

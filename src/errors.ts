@@ -13,6 +13,9 @@ export const ERRORS = {
   headers_too_large: { status: 431, message: 'the request headers are too large' },
   request_timeout: { status: 408, message: 'the request headers did not arrive in time' },
   overloaded: { status: 503, message: 'too many requests in progress; retry later' },
+  destination_not_allowed: { status: 403, message: 'this destination is not reachable through the proxy' },
+  misdirected_request: { status: 421, message: 'the request names another host than the connection was opened for' },
+  certificate_unavailable: { status: 503, message: 'the proxy cannot present a certificate for this host now; retry later' },
   internal_error: { status: 500, message: 'the sidecar failed to handle the request' }
 } as const
 

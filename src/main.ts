@@ -69,11 +69,12 @@ closeWithGrace({
 })
 
 try {
-  const { proxy, admin, routes } = await app.listen()
+  const { proxy, admin, routes, forward } = await app.listen()
   logger.info({
     version: VERSION,
     proxy: `${proxy.address}:${proxy.port}`,
     admin: `${admin.address}:${admin.port}`,
+    ...(forward !== undefined && { forwardProxy: `${forward.address}:${forward.port}` }),
     upstream: config.upstream.origin + config.upstream.basePath,
     ...(config.routes.length > 1 && {
       routes: Object.fromEntries(config.routes.slice(1).map((r) => [r.name, {

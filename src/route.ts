@@ -6,7 +6,7 @@ import type { Config, RouteConfig } from './config/load.js'
 import { createDispatcher, websocketEgress } from './dispatcher.js'
 import type { ProxyEvents } from './proxy/context.js'
 import { proxyRoute } from './proxy/route.js'
-import { FORWARDED_METHODS } from './proxy/server.js'
+import { DESTINATION, FORWARDED_METHODS } from './proxy/server.js'
 import { UpstreamSlots } from './proxy/upstream-slots.js'
 import { TlsDispatcher } from './tls/dispatchers.js'
 import type { ConnectTls, TlsFiles, TlsFileSets } from './tls/files.js'
@@ -86,20 +86,25 @@ export class Route {
     return this.#listener!
   }
 
-  /** Serves the route on `listener`, under its prefix. */
-  async register (listener: FastifyInstance, deps: RouteDeps): Promise<void> {
-    this.#listener = listener
+  /**
+   * Serves the route on `listener`: under its prefix, or on the forward
+   * proxy's listener for the requests for its BASE_URL (its origin, under
+   * its base path, forwarded as they are).
+   */
+  async register (listener: FastifyInstance, deps: RouteDeps, mode: 'reverse' | 'forward' = 'reverse'): Promise<void> {
+    if (mode === 'reverse') this.#listener = listener
     const { config: global } = deps
     const route = this.config
+    const prefix = mode === 'forward' ? route.basePath : route.path
     await listener.register(proxyRoute, {
-      prefix: route.path,
+      prefix,
       context: {
         route: {
           name: route.name,
           origin: route.origin,
           host: new URL(route.origin).host,
           basePath: route.basePath,
-          prefix: route.path,
+          prefix,
           timeoutMs: global.upstream.timeoutMs,
           websocketMaxMessageBytes: global.proxy.websocketMaxMessageBytes
         },
@@ -110,7 +115,8 @@ export class Route {
         events: deps.events
       },
       methods: FORWARDED_METHODS,
-      egress: websocketEgress(global.egress, route.origin)
+      egress: websocketEgress(global.egress, route.origin),
+      ...(mode === 'forward' && { constraints: { [DESTINATION]: route.origin } })
     })
   }
 

@@ -1,6 +1,6 @@
 import type { EventEmitter } from 'node:events'
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
-import type { ProxyEvents } from '../proxy/context.js'
+import type { ForwardOutcome, ProxyEvents } from '../proxy/context.js'
 import type { UpstreamErrorReason } from '../proxy/failures.js'
 import { DPOP_REFUSALS } from '../token/challenge.js'
 import type { Credential, GrantOutcome, LogoutOutcome } from '../token/credential.js'
@@ -17,6 +17,8 @@ export interface Metrics {
   watchCredential(route: string, credential: Credential, options: { dpop: boolean }): void
   /** Counts the proxy's answers and failures. */
   watchProxy(events: EventEmitter<ProxyEvents>): void
+  /** Counts the forward proxy's connections by outcome (from 0, once it is on). */
+  watchForwardProxy(events: EventEmitter<ProxyEvents>): void
   /** Reports a client certificate's expiry at each scrape: `certificate` is upstream or auth, `route` the route it serves. */
   watchCertificate(certificate: 'upstream' | 'auth', route: string, source: { readonly certificate: { notAfter: Date } | undefined }): void
 }
@@ -25,6 +27,7 @@ const PREFIX = 'auth_sidecar_'
 const GRANT_TYPES: readonly GrantType[] = ['password', 'client_credentials', 'refresh_token', 'token_exchange']
 const LOGOUT_OUTCOMES: readonly LogoutOutcome[] = ['success', 'rejected', 'error', 'skipped']
 const OUTCOMES: readonly GrantOutcome[] = ['success', 'rejected', 'error']
+const FORWARD_OUTCOMES: readonly ForwardOutcome[] = ['intercepted', 'tunnelled', 'refused']
 const UPSTREAM_ERROR_REASONS: readonly UpstreamErrorReason[] = ['unreachable', 'timeout', 'reset']
 
 /**
@@ -125,6 +128,16 @@ export function createMetrics (routes: string[]): Metrics {
     watchProxy (events) {
       events.on('response', (line) => requests.observe({ status: line.status, route: line.route }, line.durationMs / 1000))
       events.on('upstream_error', ({ reason, route }) => upstreamErrors.inc({ reason, route }))
+    },
+    watchForwardProxy (events) {
+      const connections = new Counter({
+        name: `${PREFIX}forward_connections_total`,
+        help: 'What the forward proxy did with each CONNECT and each request for a destination no route has: intercepted (TLS terminated, a route\'s credential added), tunnelled (allowed, passed untouched), refused.',
+        labelNames: ['outcome'] as const,
+        registers: [registry]
+      })
+      for (const outcome of FORWARD_OUTCOMES) connections.inc({ outcome }, 0)
+      events.on('forward_connection', (outcome) => connections.inc({ outcome }))
     }
   }
 }

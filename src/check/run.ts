@@ -119,6 +119,21 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
     }
   }
 
+  // the forward proxy: the CA the application trusts, and what each route intercepts
+  if (app.forward !== undefined) {
+    const { ca } = app.forward
+    const unusable = ca?.unusable()
+    if (ca === undefined) say('ok', 'forward proxy', 'no CA: every route is http, nothing is intercepted with TLS')
+    else if (unusable !== undefined) {
+      say('FAIL', 'forward proxy', unusable)
+      failed(CHECK_EXIT.configuration)
+    } else say('ok', 'forward proxy', `CA ${describeCertificate(ca.certificate)}`)
+    for (const route of app.routes) {
+      const { origin, basePath } = route.config
+      say('ok', of('forward proxy', route.name), `${origin.startsWith('https:') ? 'CONNECT' : 'requests for'} ${new URL(origin).host}: ${origin}${basePath}/... gets the route's credential`)
+    }
+  }
+
   const usable = new Set<CredentialConfig>()
   for (const [c, credential] of credentials) {
     if (credential.kind !== 'oauth2' || c.auth.mode !== 'oauth2') {

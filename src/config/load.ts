@@ -3,6 +3,7 @@ import { resolve } from 'node:path'
 import { parseAuth } from './auth.js'
 import { unknownVariableWarnings } from './names.js'
 import { envJsonSchema, properties, type VariableName } from './schema.js'
+import { parseForward } from './forward.js'
 import { parseRoutes } from './routes.js'
 import { tlsNames, tlsPaths } from './tls.js'
 import type { Config, CredentialConfig, LogLevel, RouteConfig } from './types.js'
@@ -102,6 +103,17 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
   const defaultUpstreamTls = { cert: str('UPSTREAM_TLS_CERT_FILE'), key: str('UPSTREAM_TLS_KEY_FILE'), ca: str('UPSTREAM_TLS_CA_FILE') }
   const routes = parseRoutes({ env: merged, defaultAuth, defaultCredential, defaultRoute, defaultUpstreamTls, proxyPort: num('PROXY_PORT'), adminPort: num('ADMIN_PORT'), cwd }, problems, warnings)
 
+  const allRoutes = [defaultRoute, ...routes]
+  const forward = parseForward({
+    port: raw.FORWARD_PROXY_PORT === undefined ? undefined : num('FORWARD_PROXY_PORT'),
+    caCert: str('FORWARD_PROXY_CA_CERT_FILE'),
+    caKey: str('FORWARD_PROXY_CA_KEY_FILE'),
+    allow: str('FORWARD_PROXY_ALLOW'),
+    routes: allRoutes,
+    ports: [['PROXY_PORT', num('PROXY_PORT')], ['ADMIN_PORT', num('ADMIN_PORT')], ...routes.flatMap((r): Array<[string, number]> => r.port === undefined || r.port === 0 ? [] : [[r.variables.port!, r.port]])],
+    cwd
+  }, problems, warnings)
+  if (forward !== undefined && !isLoopback(str('PROXY_HOST'))) warnings.push(`FORWARD_PROXY_PORT listens on PROXY_HOST=${str('PROXY_HOST')}, not a loopback address: whoever reaches it gets the routes' credentials added to their requests`)
   const egress = egressProxy(merged, problems)
   if (problems.length > 0 || upstream === undefined) throw new ConfigError(problems)
 
@@ -128,9 +140,15 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
     logLevel: str('LOG_LEVEL') as LogLevel,
     accessLog: raw.ACCESS_LOG !== false,
     shutdownGraceMs: num('SHUTDOWN_GRACE_MS'),
-    routes: [defaultRoute, ...routes],
+    routes: allRoutes,
+    ...(forward !== undefined && { forward }),
     egress,
     ...(env.NODE_EXTRA_CA_CERTS !== undefined && env.NODE_EXTRA_CA_CERTS !== '' && { extraCaFile: env.NODE_EXTRA_CA_CERTS }),
     warnings
   }
+}
+
+/** Whether a listening address is reachable from this host only. */
+function isLoopback (host: string | undefined): boolean {
+  return host === 'localhost' || host === '::1' || (host?.startsWith('127.') ?? false)
 }

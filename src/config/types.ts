@@ -90,6 +90,21 @@ export interface RouteConfig {
   tls?: TlsPaths
 }
 
+/** A destination the forward proxy lets through untouched (FORWARD_PROXY_ALLOW): a host, a domain's hosts (`*.domain`) or an IP address, with a port or any. */
+export interface AllowPattern {
+  /** the host or address in lower case; for a domain, the domain without `*.` */
+  host: string
+  kind: 'host' | 'domain' | 'ip'
+  port?: number
+}
+
+export interface ForwardSettings {
+  port: number
+  /** the CA the intercepted hosts' certificates are signed with; required when a route is https */
+  ca?: { certFile: string, keyFile: string, names: { cert: string, key: string } }
+  allow: AllowPattern[]
+}
+
 export interface Config {
   upstream: {
     /** `scheme://host[:port]`, the only origin the token is ever sent to */
@@ -130,6 +145,8 @@ export interface Config {
   egress: { httpProxy?: string, httpsProxy?: string, noProxy?: string }
   /** NODE_EXTRA_CA_CERTS (the process's environment only: Node reads it at start), whose CAs a CA file's are trusted with */
   extraCaFile?: string
+  /** FORWARD_PROXY_*: the forward proxy, when it is on */
+  forward?: ForwardSettings
   /** things worth telling the operator that do not stop the start (misspelt names, say) */
   warnings: string[]
 }

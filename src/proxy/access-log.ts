@@ -11,6 +11,10 @@ export interface AccessLine {
   /** 499: the client left before the answer was complete */
   status: number
   durationMs: number
+  /** the forward proxy's requests and connections: `forward` */
+  mode?: 'forward'
+  /** the forward proxy's: the origin asked for */
+  destination?: string
 }
 
 /** The request target without its query, as the access log shows it. */
@@ -36,8 +40,8 @@ declare module 'fastify' {
  * The access line of a request: its route is the one it was routed to, or
  * the listener's own for what no route took (a target the router refused).
  */
-export function accessLine (request: FastifyRequest, status: number, ms: number, listenerRoute: string): AccessLine {
-  return {
+export function accessLine (request: FastifyRequest, status: number, ms: number, listenerRoute: string, destination?: (req: FastifyRequest['raw']) => string | undefined): AccessLine {
+  const line: AccessLine = {
     requestId: request.id,
     route: request.routeOptions.config.sidecarRoute ?? listenerRoute,
     method: request.raw.method ?? '',
@@ -45,16 +49,23 @@ export function accessLine (request: FastifyRequest, status: number, ms: number,
     status,
     durationMs: Math.round(ms * 10) / 10
   }
+  if (destination === undefined) return line
+  line.mode = 'forward'
+  const origin = destination(request.raw)
+  if (origin !== undefined) line.destination = origin
+  return line
 }
 
 export interface AccessLogOptions {
   /** the route of requests no route took */
   route: string
   onResponse: (line: AccessLine) => void
+  /** the forward proxy's listener: what a request is for */
+  destination?: (req: FastifyRequest['raw']) => string | undefined
 }
 
 /** One call per request, answered or abandoned: the access line and the request metrics. */
-export const accessLog = fp<AccessLogOptions>(async function accessLog (app: FastifyInstance, { route, onResponse }) {
+export const accessLog = fp<AccessLogOptions>(async function accessLog (app: FastifyInstance, { route, onResponse, destination }) {
   app.decorateRequest('sidecarStarted', 0)
   app.decorateRequest('sidecarUpstreamFailed', false)
   app.addHook('onRequest', (request, _reply, done) => {
@@ -64,11 +75,11 @@ export const accessLog = fp<AccessLogOptions>(async function accessLog (app: Fas
   app.addHook('onResponse', (request, reply, done) => {
     // an answer written to a client already gone (an upload it gave up) is the client's 499
     const status = request.sidecarUpstreamFailed ? 502 : reply.raw.writableFinished ? reply.statusCode : 499
-    onResponse(accessLine(request, status, reply.elapsedTime, route))
+    onResponse(accessLine(request, status, reply.elapsedTime, route, destination))
     done()
   })
   app.addHook('onRequestAbort', (request, done) => {
-    onResponse(accessLine(request, request.sidecarUpstreamFailed ? 502 : 499, performance.now() - request.sidecarStarted, route))
+    onResponse(accessLine(request, request.sidecarUpstreamFailed ? 502 : 499, performance.now() - request.sidecarStarted, route, destination))
     done()
   })
 }, { name: 'auth-sidecar-access-log' })

@@ -85,6 +85,22 @@ export class Admission {
     }
   }
 
+  /**
+   * Counts a connection the forward proxy holds (a CONNECT being set up, a
+   * tunnel) among the requests in progress. Returns what stops counting it,
+   * or undefined when the sidecar is full.
+   */
+  hold (): (() => void) | undefined {
+    if (this.#inProgress >= this.#maxRequests) return undefined
+    this.#inProgress++
+    let held = true
+    return () => {
+      if (!held) return
+      held = false
+      this.#inProgress--
+    }
+  }
+
   /** Calls `gone` should the client's connection close; returns what stops watching. */
   onDeparture (request: FastifyRequest, gone: () => void): () => void {
     if (request.raw.socket.destroyed) {

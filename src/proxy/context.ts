@@ -39,7 +39,12 @@ export interface ProxyEvents {
   response: [line: AccessLine]
   /** the sidecar answered 502 or 504 itself, or cut an answer the upstream broke off */
   upstream_error: [error: UpstreamError]
+  /** the forward proxy took a CONNECT, or a request for a destination no route has */
+  forward_connection: [outcome: ForwardOutcome]
 }
+
+/** intercepted: TLS terminated for a route's origin; tunnelled: an allowed destination, passed untouched; refused: neither */
+export type ForwardOutcome = 'intercepted' | 'tunnelled' | 'refused'
 
 /** Connections to the upstream that present one client certificate (or none): undici's pool, and what a WebSocket's connection takes. */
 export interface UpstreamConnection {

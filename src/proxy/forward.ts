@@ -6,7 +6,7 @@ import type { Authorization } from '../token/credential.js'
 import { Attempt, type Transport } from './attempt.js'
 import type { ProxyContext, UpstreamConnection } from './context.js'
 import { ClientGoneError, InterimFloodError, InvalidStatusError, isClientGone, MAX_INTERIM_ANSWERS, upstreamFailure } from './failures.js'
-import { forwardedHeaders, relayedResponseHeaders } from './headers.js'
+import { forwardedHeaders, relayedResponseHeaders, schemeOf } from './headers.js'
 import { sendError } from './replies.js'
 import type { UpstreamTarget } from './target.js'
 
@@ -74,7 +74,8 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
         requestId: this.#request.id,
         clientIp: this.#request.raw.socket.remoteAddress,
         withoutBody: this.#body === undefined,
-        handshake: false
+        handshake: false,
+        proto: schemeOf(this.#request.raw.socket)
       }),
       body: this.#body ?? null
     }, this)

@@ -62,6 +62,13 @@ export interface ForwardingInfo {
   withoutBody: boolean
   /** a WebSocket handshake: its own headers are the WebSocket client's to write */
   handshake: boolean
+  /** the scheme the client used: https inside a connection the forward proxy intercepted */
+  proto: 'http' | 'https'
+}
+
+/** The scheme a client spoke: https on a connection whose TLS the sidecar terminated (the forward proxy's). */
+export function schemeOf (socket: object | null): 'http' | 'https' {
+  return (socket as { encrypted?: boolean } | null)?.encrypted === true ? 'https' : 'http'
 }
 
 /** Header values as undici and Node's HTTP client take them. */
@@ -99,10 +106,34 @@ export function forwardedHeaders (raw: string[], info: ForwardingInfo): Outgoing
   if (info.host !== undefined) out.host = info.host
   out.authorization = info.authorization
   if (info.dpop !== undefined) out.dpop = info.dpop
-  out['x-forwarded-proto'] = 'http'
+  out['x-forwarded-proto'] = info.proto
   out['x-request-id'] = info.requestId
   if (info.clientIp !== undefined) out['x-forwarded-for'] = forwardedFor === undefined ? info.clientIp : `${forwardedFor}, ${info.clientIp}`
   if (clientHost !== undefined) out['x-forwarded-host'] = clientHost
+  return out
+}
+
+/** Hop-by-hop request headers, and those an untouched request never carries: a proxy's credentials, `Expect` (answered by the proxy). */
+const DROP_UNTOUCHED = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect', 'host', 'proxy-authorization'])
+
+/**
+ * The headers of a request the forward proxy passes on without a credential:
+ * the client's own less hop-by-hop headers, whatever its `Connection` names
+ * and `Proxy-Authorization`, with `host`. Its `Authorization` goes to a
+ * destination the client chose, never to a route's origin (`ownAuthorization` false).
+ */
+export function untouchedHeaders (raw: string[], host: string, ownAuthorization: boolean): OutgoingHeaders {
+  let named: Set<string> | undefined
+  for (let i = 0; i < raw.length; i += 2) {
+    if (raw[i]!.toLowerCase() === 'connection') named = namedIn(raw[i + 1]!, named)
+  }
+  const out: OutgoingHeaders = { host }
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!.toLowerCase()
+    if (DROP_UNTOUCHED.has(name) || named?.has(name) === true || (!ownAuthorization && (name === 'authorization' || name === 'dpop'))) continue
+    const before = out[name]
+    out[name] = before === undefined ? raw[i + 1]! : Array.isArray(before) ? [...before, raw[i + 1]!] : [before, raw[i + 1]!]
+  }
   return out
 }
 

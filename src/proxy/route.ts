@@ -13,6 +13,8 @@ export interface RouteOptions {
   /** every method forwarded */
   methods: string[]
   egress: WebSocketEgress
+  /** Fastify's route constraints: on the forward proxy's listener, the route's origin */
+  constraints?: Record<string, string>
 }
 
 /**
@@ -37,6 +39,7 @@ export async function proxyRoute (app: FastifyInstance, o: RouteOptions): Promis
     else forward(request, reply, context, target)
   }
   const config = { sidecarRoute: context.route.name }
-  app.route({ method: o.methods, url: '/', handler, config })
-  app.route({ method: o.methods, url: '/*', handler, config })
+  const constraints = o.constraints ?? {}
+  app.route({ method: o.methods, url: '/', handler, config, constraints })
+  app.route({ method: o.methods, url: '/*', handler, config, constraints })
 }

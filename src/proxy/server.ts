@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto'
 import type { EventEmitter } from 'node:events'
 import { METHODS, type IncomingMessage } from 'node:http'
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import type { Duplex } from 'node:stream'
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
+import type { ConstraintStrategy, HTTPVersion } from 'find-my-way'
 import type pino from 'pino'
 import { accessLog, type AccessLine } from './access-log.js'
 import { Admission } from './admission.js'
@@ -22,7 +24,29 @@ export interface ListenerOptions {
   headersTimeoutMs?: number
   log: pino.Logger
   events: EventEmitter<ProxyEvents>
+  /** makes it the forward proxy's listener (src/forward/proxy.ts) */
+  forward?: ForwardHooks
 }
+
+/**
+ * What makes a listener a forward proxy: requests name their destination
+ * (an absolute URL, or the connection they came in on), routes are found by
+ * it, and CONNECT opens connections rather than being refused.
+ */
+export interface ForwardHooks {
+  /** the request's target as the routes see it (its path and query); what it names is kept for `destination` */
+  rewriteUrl: (req: IncomingMessage) => string
+  /** the origin whose routes may take a request; undefined: none may */
+  route: (req: IncomingMessage) => string | undefined
+  /** the origin a request asked for, for its access line */
+  destination: (req: IncomingMessage) => string | undefined
+  /** a request no route takes */
+  notFound: (request: FastifyRequest, reply: FastifyReply) => void
+  onConnect: (req: IncomingMessage, socket: Duplex, head: Buffer) => void
+}
+
+/** The route constraint of the forward proxy's listener: a route registered for an origin serves the requests for it. */
+export const DESTINATION = 'destination'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -78,8 +102,9 @@ export function buildListener (o: ListenerOptions): Listener {
     // answered 503. The shutdown drains first and closes after.
     return503OnClosing: false,
     exposeHeadRoutes: false,
-    routerOptions: { maxParamLength: 65_535 },
+    routerOptions: { maxParamLength: 65_535, ...(o.forward !== undefined && { constraints: { [DESTINATION]: destinationConstraint(o.forward) } }) },
     clientErrorHandler: refusals.onClientError,
+    ...(o.forward !== undefined && { rewriteUrl: o.forward.rewriteUrl }),
     frameworkErrors: (err, request, reply) => {
       o.log.debug({ requestId: request.id, code: (err as { code?: string }).code }, 'request refused by the router')
       sendError(reply, 'bad_request')
@@ -99,19 +124,43 @@ export function buildListener (o: ListenerOptions): Listener {
     o.log.error({ requestId: request.id, err: { type: err.name, code: err.code } }, 'internal error')
     sendError(reply, 'internal_error')
   })
-  // What no route takes: a method that is not forwarded (the guard answers it).
-  app.setNotFoundHandler((_request, reply) => { sendError(reply, 'method_not_allowed', { status: 405 }) })
+  if (o.forward === undefined) {
+    // What no route takes: a method that is not forwarded (the guard answers it).
+    app.setNotFoundHandler((_request, reply) => { sendError(reply, 'method_not_allowed', { status: 405 }) })
+  } else {
+    // What no route takes is the forward proxy's to answer; its bodies pass untouched.
+    app.removeAllContentTypeParsers()
+    app.addContentTypeParser('*', (_request, payload, done) => { done(null, payload) })
+    app.setNotFoundHandler(o.forward.notFound)
+  }
 
   const admission = new Admission(o.maxRequests)
   const websockets = new WebSocketSessions()
   app.decorate('sidecarAdmission', admission)
   app.decorate('sidecarWebSockets', websockets)
-  app.register(accessLog, { route: o.route, onResponse })
+  app.register(accessLog, { route: o.route, onResponse, ...(o.forward !== undefined && { destination: o.forward.destination }) })
   app.register(admission.plugin)
   app.register(guard)
   routeUpgrades(app)
-  app.server.on('connect', refusals.onConnect)
+  app.server.on('connect', o.forward?.onConnect ?? refusals.onConnect)
   return { app, admission, websockets }
+}
+
+/** find-my-way's strategy for the destination constraint: routes by origin, every request of the listener names one or none. */
+function destinationConstraint (forward: ForwardHooks): ConstraintStrategy<HTTPVersion.V1, string> {
+  return {
+    name: DESTINATION,
+    storage () {
+      const handlers = new Map<string, unknown>()
+      return { get: (origin: string) => handlers.get(origin) ?? null, set: (origin: string, store: unknown) => { handlers.set(origin, store) } } as never
+    },
+    // undefined matches no route (each one on this listener has a destination): the not-found handler answers
+    deriveConstraint: (req) => forward.route(req as IncomingMessage) as string,
+    mustMatchWhenDerived: true,
+    validate (value: unknown) {
+      if (typeof value !== 'string') throw new TypeError('a destination is an origin')
+    }
+  }
 }
 
 /** The client's X-Request-Id when it looks like an id, else a new one. */

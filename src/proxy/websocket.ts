@@ -7,7 +7,7 @@ import { accessLine } from './access-log.js'
 import { Attempt, type Transport } from './attempt.js'
 import type { ProxyContext, UpstreamConnection } from './context.js'
 import { InvalidStatusError, TunnelRefusedError } from './failures.js'
-import { countHeader, forwardedHeaders } from './headers.js'
+import { countHeader, forwardedHeaders, schemeOf } from './headers.js'
 import { sendError } from './replies.js'
 import { takeConnection } from './upgrade.js'
 import type { UpstreamTarget } from './target.js'
@@ -119,7 +119,8 @@ class Handshake implements Transport {
         requestId: this.#request.id,
         clientIp: req.socket.remoteAddress,
         withoutBody: true,
-        handshake: true
+        handshake: true,
+        proto: schemeOf(req.socket)
       }) as Record<string, string>,
       perMessageDeflate: false,
       followRedirects: false,

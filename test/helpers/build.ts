@@ -18,6 +18,8 @@ export interface Harness {
   proxyPort: number
   /** the routes with a port of their own, by name */
   routeUrls: Record<string, string>
+  /** FORWARD_PROXY_PORT's port, when it is set */
+  forwardPort: number | undefined
   adminUrl: string
   log: ReturnType<typeof captureLogger>
 }
@@ -61,7 +63,7 @@ export async function build (t: Test, env: Record<string, string> = {}, tokenOpt
   tokenServer.faults.push(...(deps.faults ?? []))
   const log = captureLogger()
   const app = await buildApp(config, { logger: log.logger, ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }) })
-  const { proxy, admin, routes } = await app.listen()
+  const { proxy, admin, routes, forward } = await app.listen()
   t.teardown(async () => {
     await app.close(500)
     await upstream.close()
@@ -74,6 +76,7 @@ export async function build (t: Test, env: Record<string, string> = {}, tokenOpt
     proxyUrl: `http://127.0.0.1:${proxy.port}`,
     proxyPort: proxy.port,
     routeUrls: Object.fromEntries(Object.entries(routes).map(([name, address]) => [name, `http://127.0.0.1:${address.port}`])),
+    forwardPort: forward?.port,
     adminUrl: `http://127.0.0.1:${admin.port}`,
     log
   }

@@ -1,0 +1,358 @@
+import { randomUUID } from 'node:crypto'
+import { STATUS_CODES, type IncomingMessage } from 'node:http'
+import { connect as netConnect, isIP, type Socket } from 'node:net'
+import type { Duplex } from 'node:stream'
+import { TLSSocket } from 'node:tls'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { Agent, buildConnector, errors as undiciErrors, type Dispatcher } from 'undici'
+import type { Config } from '../config/load.js'
+import type { ForwardSettings } from '../config/types.js'
+import { errorBody, ERRORS, type ErrorCode } from '../errors.js'
+import type { Route, RouteDeps } from '../route.js'
+import type { AccessLine } from '../proxy/access-log.js'
+import { relayedResponseHeaders, untouchedHeaders } from '../proxy/headers.js'
+import { sendError } from '../proxy/replies.js'
+import { buildListener, HEADERS_TIMEOUT_MS, type Listener, type ListenerOptions } from '../proxy/server.js'
+import { isUpgrade } from '../proxy/upgrade.js'
+import type { ForwardCa } from './ca.js'
+import { absoluteTarget, allowing, checkedAddress, connectTarget, destinationOf, ForbiddenAddressError, type Destination } from './destinations.js'
+
+/** The route of what the forward proxy serves without a route: the access line's and the metrics' label. */
+export const UNROUTED = '-'
+
+/** What a request on the forward proxy named, as rewriteUrl read it. */
+interface Asked {
+  destination?: Destination
+  /** why it is answered at once, without going anywhere */
+  refusal?: ErrorCode
+  /** its target (path and query), as sent on */
+  target: string
+}
+
+/** A connection the proxy terminated: for which destination, and whether its TLS named another host. */
+interface Interception {
+  destination: Destination
+  misdirected: boolean
+}
+
+export interface ForwardProxyOptions {
+  config: Config
+  settings: ForwardSettings
+  /** the CA of the intercepted https origins; undefined when no route is https */
+  ca: ForwardCa | undefined
+  routes: Route[]
+  listener: Omit<ListenerOptions, 'route' | 'forward'>
+  /** the ports the sidecar listens on, which an allowed name never reaches on this host */
+  ownPorts: () => readonly number[]
+}
+
+/**
+ * The forward proxy (FORWARD_PROXY_PORT): the way in for applications that
+ * keep their APIs' URLs and honour HTTPS_PROXY. Its destinations are the
+ * routes: a request for a URL under a route's BASE_URL is routed, by its
+ * origin, to that route, registered on this listener under its base path,
+ * and goes through the same pipeline as on the route's own address. A
+ * CONNECT to a route's https origin is answered, its TLS terminated with a
+ * certificate of the forward CA for exactly that host, and the connection
+ * handed to the same HTTP server: its requests are routed like any other.
+ * Every other destination is refused, unless FORWARD_PROXY_ALLOW lets it
+ * through untouched (a blind tunnel, or a request passed on as it came).
+ */
+export class ForwardProxy {
+  readonly listener: Listener
+  readonly #o: ForwardProxyOptions
+  /** the routes by origin: the destinations that get a credential */
+  readonly #origins = new Map<string, Route[]>()
+  readonly #asked = new WeakMap<IncomingMessage, Asked>()
+  readonly #intercepted = new WeakMap<Duplex, Interception>()
+  readonly #tunnels = new Set<Socket>()
+  /** the connections to allowed destinations: each address checked before it is dialled */
+  readonly #allowed: Agent
+  readonly #headersTimeoutMs: number
+
+  constructor (o: ForwardProxyOptions) {
+    this.#o = o
+    for (const route of o.routes) {
+      const list = this.#origins.get(route.config.origin) ?? []
+      list.push(route)
+      this.#origins.set(route.config.origin, list)
+    }
+    this.#headersTimeoutMs = o.listener.headersTimeoutMs ?? HEADERS_TIMEOUT_MS
+    this.listener = buildListener({
+      ...o.listener,
+      route: UNROUTED,
+      forward: {
+        rewriteUrl: (req) => this.#rewrite(req),
+        route: (req) => {
+          const asked = this.#asked.get(req)
+          return asked?.refusal === undefined ? asked?.destination?.origin : undefined
+        },
+        destination: (req) => this.#asked.get(req)?.destination?.origin,
+        notFound: (request, reply) => this.#unrouted(request, reply),
+        onConnect: (req, socket, head) => this.#connect(req, socket, head)
+      }
+    })
+    const connector = buildConnector({})
+    const timeouts = { headersTimeout: o.config.upstream.timeoutMs, bodyTimeout: o.config.upstream.idleTimeoutMs }
+    this.#allowed = new Agent({
+      ...timeouts,
+      connect: (options, callback) => {
+        const hostname = options.hostname.startsWith('[') ? options.hostname.slice(1, -1) : options.hostname
+        const port = options.port === '' ? (options.protocol === 'https:' ? 443 : 80) : Number(options.port)
+        const pattern = allowing(o.settings.allow, { hostname, port, origin: '', authority: '' })
+        if (pattern === undefined) return callback(new ForbiddenAddressError(), null)
+        checkedAddress({ hostname, port, origin: '', authority: '' }, pattern, o.ownPorts).then(
+          (address) => connector({ ...options, hostname: address, ...(isIP(hostname) === 0 && { servername: hostname }) }, callback),
+          (err: Error) => callback(err, null))
+      }
+    })
+  }
+
+  /** Registers every route for the requests to its BASE_URL. */
+  async register (deps: RouteDeps): Promise<void> {
+    for (const route of this.#o.routes) await route.register(this.listener.app, deps, 'forward')
+  }
+
+  /** Cuts the tunnels: they have no requests to let finish. */
+  cutTunnels (): void {
+    for (const socket of this.#tunnels) socket.destroy()
+  }
+
+  /** Closes the connections to allowed destinations (the listener has drained). */
+  async close (): Promise<void> {
+    this.cutTunnels()
+    await this.#allowed.destroy()
+  }
+
+  /**
+   * Reads what a request names: inside an intercepted connection, the
+   * connection's destination (a Host or absolute URL naming another is
+   * refused 421); otherwise its absolute URL. Routes see the path and query.
+   */
+  #rewrite (req: IncomingMessage): string {
+    const url = req.url ?? ''
+    const interception = this.#intercepted.get(req.socket)
+    let asked: Asked
+    if (interception !== undefined) {
+      const { destination } = interception
+      const scheme = destination.origin.startsWith('https:') ? 'https' : 'http'
+      const absolute = url.startsWith('/') ? undefined : absoluteTarget(url)
+      const named = absolute?.destination ?? (req.headers.host === undefined ? undefined : destinationOf(scheme, req.headers.host))
+      const target = absolute?.target ?? url
+      if (!target.startsWith('/')) asked = { destination, refusal: 'bad_request', target: '/' }
+      else if (interception.misdirected || named === undefined || named.origin !== destination.origin) asked = { destination, refusal: 'misdirected_request', target }
+      else asked = { destination, target }
+    } else {
+      const absolute = absoluteTarget(url)
+      if (absolute === undefined) {
+        // origin-form: a client that takes this port for a server
+        asked = { refusal: 'bad_request', target: '/' }
+      } else if (absolute.scheme === 'https' && this.#origins.has(absolute.destination.origin)) {
+        // the credential would be added to a request the application sent in clear
+        asked = { destination: absolute.destination, refusal: 'destination_not_allowed', target: absolute.target }
+      } else {
+        asked = { destination: absolute.destination, target: absolute.target }
+      }
+    }
+    this.#asked.set(req, asked)
+    return asked.target
+  }
+
+  /**
+   * What no route took: a refusal, a request on a route's origin outside
+   * every base path (passed on without a credential), or one for another
+   * destination (passed on untouched when allowed, refused otherwise).
+   */
+  #unrouted (request: FastifyRequest, reply: FastifyReply): void {
+    const asked = this.#asked.get(request.raw)
+    if (asked === undefined || asked.destination === undefined) return sendError(reply, asked?.refusal ?? 'bad_request')
+    if (asked.refusal !== undefined) return this.#refuseRequest(reply, asked.refusal)
+    const { destination } = asked
+    // an upgrade to an untouched destination would need a relay of its own: not offered
+    if (isUpgrade(request.raw)) return sendError(reply, 'bad_request')
+    const routes = this.#origins.get(destination.origin)
+    if (routes !== undefined) {
+      // A route whose client certificate is its credential sends nothing untouched.
+      const route = routes.find((r) => r.certificate === undefined)
+      if (route === undefined) return this.#refuseRequest(reply, 'destination_not_allowed')
+      return this.#untouched(request, reply, destination, asked.target, route.upstream.current, false)
+    }
+    if (allowing(this.#o.settings.allow, destination) === undefined) return this.#refuseRequest(reply, 'destination_not_allowed')
+    this.#o.listener.events.emit('forward_connection', 'tunnelled')
+    this.#untouched(request, reply, destination, asked.target, this.#allowed, true)
+  }
+
+  #refuseRequest (reply: FastifyReply, code: ErrorCode): void {
+    if (code === 'destination_not_allowed') this.#o.listener.events.emit('forward_connection', 'refused')
+    sendError(reply, code)
+  }
+
+  /** Passes a request on as it came, without a credential, and relays the answer. */
+  #untouched (request: FastifyRequest, reply: FastifyReply, destination: Destination, path: string, dispatcher: Dispatcher, ownAuthorization: boolean): void {
+    const raw = request.raw
+    const controller = new AbortController()
+    const stop = this.listener.admission.onDeparture(request, () => controller.abort())
+    const hasBody = raw.headers['content-length'] !== undefined || raw.headers['transfer-encoding'] !== undefined
+    const { timeoutMs, idleTimeoutMs } = this.#o.config.upstream
+    dispatcher.request({
+      origin: destination.origin,
+      path,
+      method: raw.method as Dispatcher.HttpMethod,
+      headers: untouchedHeaders(raw.rawHeaders, new URL(destination.origin).host, ownAuthorization),
+      body: hasBody ? raw : null,
+      signal: controller.signal,
+      headersTimeout: timeoutMs,
+      bodyTimeout: idleTimeoutMs
+    }).then((answer) => {
+      answer.body.once('close', stop)
+      reply.code(answer.statusCode).headers(relayedResponseHeaders(answer.headers, request.id))
+      reply.send(answer.body)
+    }, (err: Error & { code?: string }) => {
+      stop()
+      if (controller.signal.aborted) return
+      if (err instanceof ForbiddenAddressError) return this.#refuseRequest(reply, 'destination_not_allowed')
+      const timeout = err instanceof undiciErrors.HeadersTimeoutError || err instanceof undiciErrors.ConnectTimeoutError
+      this.#o.listener.log.warn({ requestId: request.id, destination: destination.origin, upstreamError: err.code ?? err.name }, 'forward proxy: destination failed')
+      sendError(reply, timeout ? 'upstream_timeout' : 'upstream_unreachable')
+    })
+  }
+
+  /**
+   * A CONNECT: a route's https origin is intercepted (TLS terminated here),
+   * a route's http origin taken as plain HTTP, an allowed destination
+   * tunnelled untouched, anything else refused. The connection counts among
+   * the requests in progress while it is set up, a tunnel for its life.
+   */
+  #connect (req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    const started = performance.now()
+    const requestId = randomUUID()
+    const authority = req.url ?? ''
+    socket.on('error', () => socket.destroy())
+    const line = (status: number, route: string, destination: Destination | undefined): void => {
+      const entry: AccessLine = { requestId, route, method: 'CONNECT', path: authority.slice(0, 300), status, durationMs: Math.round((performance.now() - started) * 10) / 10, mode: 'forward' }
+      if (destination !== undefined) entry.destination = destination.origin
+      this.#o.listener.events.emit('response', entry)
+    }
+    const refuse = (code: ErrorCode, destination?: Destination, route = UNROUTED): void => {
+      answer(socket, ERRORS[code].status, requestId, code)
+      if (code === 'destination_not_allowed') this.#o.listener.events.emit('forward_connection', 'refused')
+      line(ERRORS[code].status, route, destination)
+    }
+    const secure = connectTarget(authority)
+    if (secure === undefined) return refuse('bad_request')
+    const plain = destinationOf('http', authority)!
+    const release = this.listener.admission.hold()
+    if (release === undefined) return refuse('overloaded', secure)
+    const routes = this.#origins.get(secure.origin)
+    if (routes !== undefined) return this.#intercept(socket, head, secure, release, refuse, () => line(200, routes[0]!.name, secure))
+    const plainRoutes = this.#origins.get(plain.origin)
+    if (plainRoutes !== undefined) {
+      release()
+      socket.write(ESTABLISHED)
+      if (head.length > 0) socket.unshift(head)
+      this.#intercepted.set(socket, { destination: plain, misdirected: false })
+      this.#o.listener.events.emit('forward_connection', 'intercepted')
+      line(200, plainRoutes[0]!.name, plain)
+      this.listener.app.server.emit('connection', socket)
+      return
+    }
+    const pattern = allowing(this.#o.settings.allow, secure)
+    if (pattern === undefined) {
+      release()
+      return refuse('destination_not_allowed', secure)
+    }
+    this.#tunnel(socket, head, secure, pattern, release, refuse, (status) => line(status, UNROUTED, secure))
+  }
+
+  #intercept (socket: Duplex, head: Buffer, destination: Destination, release: () => void, refuse: (code: ErrorCode, destination?: Destination) => void, answered: () => void): void {
+    const ca = this.#o.ca
+    if (ca === undefined || ca.unusable() !== undefined) {
+      release()
+      return refuse('certificate_unavailable', destination)
+    }
+    ca.contextFor(destination.hostname).then((secureContext) => {
+      if (socket.destroyed) return release()
+      socket.write(ESTABLISHED)
+      answered()
+      if (head.length > 0) socket.unshift(head)
+      const tls = new TLSSocket(socket as Socket, { isServer: true, secureContext, ALPNProtocols: ['http/1.1'] })
+      // a client that opens the tunnel and never completes TLS is closed like one whose headers never come
+      const silent = setTimeout(() => tls.destroy(), this.#headersTimeoutMs)
+      tls.on('error', () => tls.destroy())
+      // The client's end of its TLS ends the connection: left half-open (as the
+      // HTTP server keeps its sockets), it would stay until a timeout.
+      tls.once('end', () => tls.destroy())
+      tls.once('close', () => {
+        clearTimeout(silent)
+        release()
+        socket.destroy()
+      })
+      tls.once('secure', () => {
+        clearTimeout(silent)
+        release()
+        const sni = (tls as TLSSocket & { servername?: string | false }).servername
+        this.#intercepted.set(tls, { destination, misdirected: typeof sni === 'string' && sni.toLowerCase() !== destination.hostname })
+        this.#o.listener.events.emit('forward_connection', 'intercepted')
+        this.listener.app.server.emit('connection', tls)
+      })
+    }, (err: Error) => {
+      release()
+      this.#o.listener.log.warn({ destination: destination.origin, reason: err.message }, 'forward proxy: no certificate could be made for the host')
+      refuse('certificate_unavailable', destination)
+    })
+  }
+
+  /** A blind tunnel to an allowed destination, closed after UPSTREAM_IDLE_TIMEOUT_MS of silence both ways. */
+  #tunnel (socket: Duplex, head: Buffer, destination: Destination, pattern: ForwardSettings['allow'][number], release: () => void, refuse: (code: ErrorCode, destination?: Destination) => void, answered: (status: number) => void): void {
+    const { timeoutMs, idleTimeoutMs } = this.#o.config.upstream
+    const fail = (err: Error & { code?: string }, code: ErrorCode): void => {
+      release()
+      if (code !== 'destination_not_allowed') this.#o.listener.log.warn({ destination: destination.origin, upstreamError: err.code ?? err.name }, 'forward proxy: tunnel failed')
+      refuse(code, destination)
+    }
+    checkedAddress(destination, pattern, this.#o.ownPorts).then((address) => {
+      if (socket.destroyed) return release()
+      const upstream = netConnect({ host: address, port: destination.port })
+      this.#tunnels.add(upstream)
+      const connecting = setTimeout(() => {
+        upstream.destroy()
+        fail(Object.assign(new Error('connect timeout'), { code: 'ETIMEDOUT' }), 'upstream_timeout')
+      }, timeoutMs)
+      upstream.once('error', (err) => {
+        clearTimeout(connecting)
+        if (upstream.connecting) fail(err, 'upstream_unreachable')
+        socket.destroy()
+      })
+      upstream.once('close', () => {
+        this.#tunnels.delete(upstream)
+        release()
+        socket.destroy()
+      })
+      socket.once('close', () => upstream.destroy())
+      upstream.once('connect', () => {
+        clearTimeout(connecting)
+        socket.write(ESTABLISHED)
+        answered(200)
+        this.#o.listener.events.emit('forward_connection', 'tunnelled')
+        if (head.length > 0) upstream.write(head)
+        // Activity either way keeps the client's side busy: one timer covers both.
+        ;(socket as Socket).setTimeout(idleTimeoutMs, () => socket.destroy())
+        socket.pipe(upstream)
+        upstream.pipe(socket)
+      })
+    }, (err: Error & { code?: string }) => {
+      fail(err, err instanceof ForbiddenAddressError ? 'destination_not_allowed' : 'upstream_unreachable')
+    })
+  }
+}
+
+const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n'
+
+/** A CONNECT's answer other than 200, in the sidecar's JSON shape; the connection is closed after it. */
+function answer (socket: Duplex, status: number, requestId: string, code: ErrorCode): void {
+  if (!socket.writable) return void socket.destroy()
+  const body = errorBody(code)
+  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\ncontent-type: application/json; charset=utf-8\r\n` +
+    `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\nx-request-id: ${requestId}\r\n${status === 503 ? 'retry-after: 1\r\n' : ''}\r\n${body}`,
+  () => socket.destroy())
+}
