@@ -48,8 +48,8 @@ t.test('the schema covers every value, each with a description, and refuses unkn
 })
 
 t.test('sidecar.env has every setting of the configuration schema, with the same defaults', async (t) => {
-  // the files of credentials and certificates the chart mounts itself
-  const credentialVariables = /^AUTH_(USERNAME|PASSWORD|CLIENT_SECRET)(_FILE)?$|^AUTH_CLIENT_(KEY|ASSERTION)_FILE$|^(UPSTREAM|AUTH)_TLS_(CERT|KEY|CA)_FILE$/
+  // the files of credentials and certificates the chart mounts itself, and the forward proxy (its `forwardProxy` values)
+  const credentialVariables = /^AUTH_(USERNAME|PASSWORD|CLIENT_SECRET)(_FILE)?$|^AUTH_CLIENT_(KEY|ASSERTION)_FILE$|^(UPSTREAM|AUTH)_TLS_(CERT|KEY|CA)_FILE$|^FORWARD_PROXY_/
   const expected = Object.entries(properties).filter(([name]) => !credentialVariables.test(name))
   t.same(Object.keys(values.sidecar.env).sort(), expected.map(([name]) => name).sort())
   for (const [name, p] of expected) {

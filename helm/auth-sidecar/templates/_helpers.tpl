@@ -91,7 +91,9 @@ sidecar to their own pods. Call it with a dict:
   appVersion      the image tag when sidecar.image.tag is empty
   routes          the named routes (this chart's `routes`), rendered as ROUTE_<NAME>_* variables
   tls             a client certificate (this chart's `tls`): its files, and which way it goes
-Add the volume from "auth-sidecar.volume" to the pod.
+  forwardProxy    the forward proxy (this chart's `forwardProxy`): FORWARD_PROXY_* and the CA's mount
+Add the volume from "auth-sidecar.volume" to the pod, and give the application
+"auth-sidecar.forwardProxyAppEnv" and "auth-sidecar.forwardProxyAppVolumeMounts".
 */}}
 {{- define "auth-sidecar.container" -}}
 {{- $s := .sidecar }}
@@ -137,6 +139,9 @@ Add the volume from "auth-sidecar.volume" to the pod.
     {{- end }}
     {{- include "auth-sidecar.routeEnv" .routes | nindent 4 }}
     {{- include "auth-sidecar.tlsEnv" .tls | nindent 4 }}
+    {{- with include "auth-sidecar.forwardProxyEnv" (dict "forwardProxy" .forwardProxy "env" $s.env "routes" .routes) | trim }}
+    {{- . | nindent 4 }}
+    {{- end }}
     {{- with $s.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -165,6 +170,12 @@ Add the volume from "auth-sidecar.volume" to the pod.
       mountPath: /var/run/secrets/auth-sidecar-routes/{{ lower .name }}
       readOnly: true
     {{- end }}
+    {{- end }}
+    {{- if and .forwardProxy .forwardProxy.enabled .forwardProxy.ca.secretName }}
+    # The whole Secret (no subPath): a renewed CA reaches the sidecar, which reads it again.
+    - name: auth-sidecar-forward-ca
+      mountPath: /var/run/secrets/auth-sidecar-forward-ca
+      readOnly: true
     {{- end }}
     {{- with $s.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
@@ -200,9 +211,39 @@ Add the volume from "auth-sidecar.volume" to the pod.
 {{/*
 The volumes that "auth-sidecar.container" mounts. Call with a dict:
 secretName (the Secret with the credentials, "" for none),
-projectedToken, routes and tls (as for the container).
+projectedToken, routes, tls and forwardProxy (as for the container). With
+forwardProxy, also the application's volume of the CA's certificate alone,
+which "auth-sidecar.forwardProxyAppVolumeMounts" mounts.
 */}}
 {{- define "auth-sidecar.volume" -}}
+{{- if and .forwardProxy .forwardProxy.enabled }}
+{{- with .forwardProxy }}
+{{- if .ca.secretName }}
+- name: auth-sidecar-forward-ca
+  secret:
+    secretName: {{ .ca.secretName }}
+    defaultMode: 0440
+{{- end }}
+{{- /* The application's: the certificate only, never the key; no subPath, so a renewal reaches it. */}}
+{{- if .caBundle.configMap }}
+- name: auth-sidecar-forward-ca-bundle
+  configMap:
+    name: {{ .caBundle.configMap }}
+    items:
+      - key: {{ .caBundle.configMapKey }}
+        path: ca.crt
+    defaultMode: 0444
+{{- else if .ca.secretName }}
+- name: auth-sidecar-forward-ca-bundle
+  secret:
+    secretName: {{ .ca.secretName }}
+    items:
+      - key: {{ .ca.certKey }}
+        path: ca.crt
+    defaultMode: 0444
+{{- end }}
+{{- end }}
+{{- end }}
 {{- with .tls }}
 {{- if .existingSecret }}
 - name: auth-sidecar-tls
@@ -253,7 +294,7 @@ projectedToken, routes and tls (as for the container).
   "password" (ternary .Values.credentials.keys.password "" $user)
   "clientSecret" (ternary .Values.credentials.keys.clientSecret "" (eq (include "auth-sidecar.hasClientSecret" .) "true"))
   "clientKey" (ternary .Values.credentials.keys.clientKey "" (eq (include "auth-sidecar.hasClientKey" .) "true")) }}
-{{- include "auth-sidecar.container" (dict "sidecar" .Values.sidecar "secretName" (include "auth-sidecar.mountedSecret" .) "keys" $keys "projectedToken" .Values.credentials.projectedToken "native" .Values.sidecar.native "followToken" .Values.sidecar.readiness.followToken "appVersion" .Chart.AppVersion "routes" .Values.routes "tls" .Values.tls) }}
+{{- include "auth-sidecar.container" (dict "sidecar" .Values.sidecar "secretName" (include "auth-sidecar.mountedSecret" .) "keys" $keys "projectedToken" .Values.credentials.projectedToken "native" .Values.sidecar.native "followToken" .Values.sidecar.readiness.followToken "appVersion" .Chart.AppVersion "routes" .Values.routes "tls" .Values.tls "forwardProxy" .Values.forwardProxy) }}
 {{- end }}
 
 {{/*
@@ -318,5 +359,114 @@ the mounted volume, for the upstream (UPSTREAM_TLS_*) and the auth server
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The address the application reaches the forward proxy at: PROXY_HOST, which
+must be loopback, since whoever reaches the proxy is lent the pod's
+credentials. Call with the sidecar's env.
+*/}}
+{{- define "auth-sidecar.forwardProxyHost" -}}
+{{- $host := toString (default "127.0.0.1" .PROXY_HOST) }}
+{{- if not (or (hasPrefix "127." $host) (eq $host "::1") (eq $host "localhost")) }}
+{{- fail (printf "forwardProxy needs sidecar.env.PROXY_HOST on loopback (127.0.0.1 or ::1), not %s: whoever reaches the forward proxy is lent the pod's credentials" $host) }}
+{{- end }}
+{{- $host }}
+{{- end }}
+
+{{/* The application's HTTPS_PROXY: http://<PROXY_HOST>:<port>. Call with a dict: forwardProxy and env (the sidecar's). */}}
+{{- define "auth-sidecar.forwardProxyUrl" -}}
+{{- $host := include "auth-sidecar.forwardProxyHost" .env }}
+{{- printf "http://%s:%d" (ternary (printf "[%s]" $host) $host (contains ":" $host)) (int .forwardProxy.port) }}
+{{- end }}
+
+{{/*
+The sidecar's FORWARD_PROXY_* variables. Call with a dict: forwardProxy, env
+(the sidecar's) and routes. Refuses an https upstream without the CA, which
+the sidecar would refuse at start.
+*/}}
+{{- define "auth-sidecar.forwardProxyEnv" -}}
+{{- $f := .forwardProxy }}
+{{- if and $f $f.enabled }}
+{{- $_ := include "auth-sidecar.forwardProxyHost" .env }}
+{{- if not $f.ca.secretName }}
+{{- $https := list }}
+{{- if hasPrefix "https://" (lower (toString .env.BASE_URL)) }}{{ $https = append $https "BASE_URL" }}{{ end }}
+{{- range .routes }}
+{{- if hasPrefix "https://" (lower (toString .baseUrl)) }}{{ $https = append $https (printf "route %s" .name) }}{{ end }}
+{{- end }}
+{{- with $https }}
+{{- fail (printf "forwardProxy.ca.secretName is required: an https upstream (%s) needs the CA that signs the certificates the forward proxy shows the application for its host" (join ", " .)) }}
+{{- end }}
+{{- end }}
+- name: FORWARD_PROXY_PORT
+  value: {{ int $f.port | toString | quote }}
+{{- if $f.ca.secretName }}
+- name: FORWARD_PROXY_CA_CERT_FILE
+  value: /var/run/secrets/auth-sidecar-forward-ca/{{ $f.ca.certKey }}
+- name: FORWARD_PROXY_CA_KEY_FILE
+  value: /var/run/secrets/auth-sidecar-forward-ca/{{ $f.ca.keyKey }}
+{{- end }}
+{{- with $f.allow }}
+- name: FORWARD_PROXY_ALLOW
+  value: {{ join "," . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The application's side of the forward proxy: the proxy variables in both
+cases, NO_PROXY, the CA bundle's variables and, when asked, the JVM's proxy
+properties. Call with a dict: forwardProxy and env (the sidecar's).
+*/}}
+{{- define "auth-sidecar.forwardProxyAppEnv" -}}
+{{- $f := .forwardProxy }}
+{{- if and $f $f.enabled }}
+{{- $host := include "auth-sidecar.forwardProxyHost" .env }}
+{{- $url := include "auth-sidecar.forwardProxyUrl" . }}
+{{- range list "HTTPS_PROXY" "HTTP_PROXY" "https_proxy" "http_proxy" }}
+- name: {{ . }}
+  value: {{ $url | quote }}
+{{- end }}
+{{- with $f.noProxy }}
+- name: NO_PROXY
+  value: {{ . | quote }}
+- name: no_proxy
+  value: {{ . | quote }}
+{{- end }}
+{{- if include "auth-sidecar.forwardProxyAppVolumeMounts" $f }}
+{{- range $f.caBundle.variables }}
+- name: {{ . }}
+  value: /etc/auth-sidecar-forward-ca/ca.crt
+{{- end }}
+{{- end }}
+{{- if $f.javaToolOptions }}
+{{- /* NO_PROXY's forms in Java's: .domain is *.domain, IPv6 is bracketed; a CIDR has none */}}
+{{- $nonProxy := list }}
+{{- range splitList "," (toString $f.noProxy) }}
+{{- $entry := trim . }}
+{{- if and $entry (not (contains "/" $entry)) }}
+{{- $nonProxy = append $nonProxy (ternary (printf "*%s" $entry) (ternary (printf "[%s]" $entry) $entry (contains ":" $entry)) (hasPrefix "." $entry)) }}
+{{- end }}
+{{- end }}
+{{- $options := list (printf "-Dhttps.proxyHost=%s -Dhttps.proxyPort=%d -Dhttp.proxyHost=%s -Dhttp.proxyPort=%d" $host (int $f.port) $host (int $f.port)) }}
+{{- with $nonProxy }}{{ $options = append $options (printf "-Dhttp.nonProxyHosts=%s" (join "|" .)) }}{{ end }}
+- name: JAVA_TOOL_OPTIONS
+  value: {{ join " " $options | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The application's mount of the forward CA's certificate (or the combined
+bundle of caBundle.configMap), from "auth-sidecar.volume". Call with
+forwardProxy.
+*/}}
+{{- define "auth-sidecar.forwardProxyAppVolumeMounts" -}}
+{{- if and . .enabled (or .caBundle.configMap .ca.secretName) }}
+- name: auth-sidecar-forward-ca-bundle
+  mountPath: /etc/auth-sidecar-forward-ca
+  readOnly: true
 {{- end }}
 {{- end }}
