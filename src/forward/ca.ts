@@ -158,7 +158,9 @@ export class ForwardCa extends EventEmitter<ForwardCaEvents> {
         await x509.SubjectKeyIdentifierExtension.create(keys.publicKey)
       ]
     })
-    const context = createSecureContext({ cert: leaf.toString('pem'), key: KeyObject.from(keys.privateKey).export({ type: 'pkcs8', format: 'pem' }) })
+    // the CA file's certificates follow the host's: a CA that is itself an
+    // intermediate (a cert-manager CA issuer's) is then verified up to the root the application trusts
+    const context = createSecureContext({ cert: `${leaf.toString('pem')}\n${ca.text.cert}`, key: KeyObject.from(keys.privateKey).export({ type: 'pkcs8', format: 'pem' }) })
     const life = notAfter.getTime() - now
     return { context, renewAt: notAfter.getTime() - life * RENEW_BEFORE_END }
   }
