@@ -1,9 +1,10 @@
 import { execFileSync } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { mkdtempSync, readFileSync } from 'node:fs'
 import { createServer as createHttpServer } from 'node:http'
 import { createServer as createHttpsServer } from 'node:https'
 import { createServer, type Server } from 'node:net'
 import type { AddressInfo } from 'node:net'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { CHECK_EXIT, runCheck } from '../../src/check/run.js'
@@ -69,6 +70,18 @@ t.test('check: configuration, grant, upstream, session; exit 0, one line each, n
   t.equal(s.tokenServer.activeSessions(), 0, 'the session it opened is ended')
   t.equal(s.tokenServer.grants.length, 1)
   noSecrets(t, output, s.tokenServer)
+})
+
+t.test('check with the forward proxy: the CA, and what each route intercepts', async (t) => {
+  const s = await servers(t)
+  const dir = mkdtempSync(join(tmpdir(), 'check-forward-'))
+  const ca = TestCa.create(dir, 'check forward CA')
+  const { code, lines, output } = await check({ ...s.env, FORWARD_PROXY_PORT: '0', FORWARD_PROXY_CA_CERT_FILE: ca.caFile, FORWARD_PROXY_CA_KEY_FILE: join(dir, 'ca.key') })
+  t.equal(code, CHECK_EXIT.ok, output)
+  t.match(output, /^ok {3}forward proxy: CA subject CN=check forward CA, expires 20\d\d-.*, x5t#S256 [\w-]{43}$/m)
+  t.match(output, /^ok {3}forward proxy: requests for 127\.0\.0\.1:\d+: http:\/\/127\.0\.0\.1:\d+\/api\/\.\.\. gets the route's credential$/m)
+  t.notMatch(output, /PRIVATE KEY/, 'no key material')
+  t.equal(lines.length, 6)
 })
 
 t.test('check opens no listener: the configured ports may be taken', async (t) => {
