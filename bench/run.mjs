@@ -32,6 +32,11 @@
 // RSS of one route, ten sharing its credential and ten each with its own.
 // The tls part puts an HTTPS upstream behind sidecars with and without a
 // client certificate, in rounds of their own: what mutual TLS adds.
+// The forward part puts sidecars with the forward proxy on before an HTTPS
+// upstream and sends the same request both ways in, through an intercepted
+// connection (CONNECT, TLS) and to PROXY_PORT, in rounds of their own, over
+// kept-alive connections and over a new connection per request; and the
+// idle RSS of sidecars with the forward proxy on and off.
 //
 // CPU pinning: where `taskset` exists and there are two or more cores, every
 // proxy runs on core 1 alone, and the load generator and the upstream on
@@ -44,6 +49,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import autocannon from 'autocannon'
 import { TestCa } from '../scripts/test-ca.mjs'
+import { openClient, untilOkThrough } from './forward-load.mjs'
 
 const root = fileURLToPath(new URL('..', import.meta.url))
 const env = (name, fallback) => Number(process.env[name] ?? fallback)
@@ -59,8 +65,8 @@ const GRANT_SECONDS = env('BENCH_GRANT_SECONDS', 20)
 const STARTS = env('BENCH_STARTS', 5)
 /** Idle RSS is read this long after the first request (V8's memory reducer has run by then), in the load part and for the first start. */
 const SETTLE_SECONDS = env('BENCH_SETTLE_SECONDS', 15)
-/** BENCH_ONLY=startup (or load, stream, grants, proofs, routes, tls, comma-separated) runs only those parts. */
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'load,stream,grants,startup,proofs,routes,tls').split(','))
+/** BENCH_ONLY=startup (or load, stream, grants, proofs, routes, tls, forward, comma-separated) runs only those parts. */
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'load,stream,grants,startup,proofs,routes,tls,forward').split(','))
 const DPOP = process.env.BENCH_DPOP ?? 'ES256'
 // The sidecar runs as the image starts it, with the Node options of the
 // Dockerfile's ENTRYPOINT; BENCH_NODE_FLAGS replaces them ('' for none).
@@ -447,6 +453,106 @@ async function main () {
     console.error(`tls: with a client certificate / without, CPU ${tls.certificateToNone.toFixed(2)}`)
   }
 
+  // Forward proxy: the same request through an intercepted connection
+  // (CONNECT, then TLS terminated by the sidecar) and to PROXY_PORT, on the
+  // same sidecars before an HTTPS upstream, both ways driven by the same
+  // undici client (autocannon cannot use a proxy). Kept alive, what differs
+  // is the TLS layer between client and sidecar and the routing by origin;
+  // with a new connection per request, less the kept-alive cost of the same
+  // way, what a connection costs the sidecar: a CONNECT and a TLS handshake
+  // (a full one, or one resuming a session as undici and most clients do),
+  // or a TCP accept.
+  let forward = null
+  if (ONLY.has('forward')) {
+    const dir = mkdtempSync(join(tmpdir(), 'bench-forward-'))
+    const upstreamCa = TestCa.create(join(dir, 'upstream-ca'))
+    const server = upstreamCa.issue('server', { cn: '127.0.0.1', san: 'IP:127.0.0.1' })
+    // a CA of its own, as in production: the application trusts it, not the upstream's
+    const forwardCa = TestCa.create(join(dir, 'forward-ca'), 'bench forward proxy CA')
+    const forwardCaPem = readFileSync(forwardCa.caFile, 'utf8')
+    const secure = await launch(0, process.execPath, ['bench/upstream.mjs'], { TLS_CERT: server.certFile, TLS_KEY: server.keyFile })
+    const apiUrl = `https://127.0.0.1:${secure.info.port}/`
+    const trust = { UPSTREAM_TLS_CA_FILE: upstreamCa.caFile, BASE_URL: `https://127.0.0.1:${secure.info.port}` }
+    const withForward = async () => {
+      const port = await freePort()
+      const s = await startSidecar(secure.info.port, tokenServer, 1, 'dist/main.js', { ...trust, FORWARD_PROXY_PORT: String(port), FORWARD_PROXY_CA_CERT_FILE: forwardCa.caFile, FORWARD_PROXY_CA_KEY_FILE: join(forwardCa.dir, 'ca.key') })
+      return { ...s, proxy: { uri: `http://127.0.0.1:${port}`, ca: forwardCaPem } }
+    }
+    const fwdSidecars = await times(PROCS, withForward)
+    for (const d of fwdSidecars) {
+      await untilOk(`http://127.0.0.1:${d.port}/`)
+      await untilOkThrough({ url: apiUrl, proxy: d.proxy })
+    }
+    // every way in on every process, so that each ratio compares processes
+    // with themselves: [variant, short name, client]
+    const ways = [
+      ['forward', 'fwd', { proxy: true }],
+      ['reverse', 'rev', {}],
+      ['forward, new connections', 'fwd-new', { proxy: true, newConnections: true, resumeTls: false }],
+      ['forward, new connections, TLS resumed', 'fwd-resumed', { proxy: true, newConnections: true }],
+      ['reverse, new connections', 'rev-new', { newConnections: true }]
+    ]
+    const set = ways.flatMap(([variant, short, o]) => fwdSidecars.map((d, i) => ({
+      variant,
+      name: `${short}#${i + 1}`,
+      pid: d.child.pid,
+      open: () => openClient({
+        url: o.proxy ? apiUrl : `http://127.0.0.1:${d.port}/`,
+        proxy: o.proxy ? d.proxy : undefined,
+        connections: CONNECTIONS,
+        newConnections: o.newConnections,
+        resumeTls: o.resumeTls
+      })
+    })))
+    for (const t of set) {
+      const client = await t.open()
+      await client.load(2)
+      await client.close()
+    }
+    const forwardRuns = Object.fromEntries(set.map((t) => [t.name, []]))
+    await inRounds(set, forwardRuns, 'forward round')
+    const fwdSummary = summarize(set, forwardRuns)
+    for (const d of fwdSidecars) d.child.kill('SIGKILL')
+    // one request per connection: a new connection's cost is the request's less a kept-alive one's
+    const perConnection = (a, b) => ({
+      us: fwdSummary[a].cpuUsPerRequest - fwdSummary[b].cpuUsPerRequest,
+      byRound: byRoundOf(set, forwardRuns, a, b, (x, y) => x - y)
+    })
+
+    // idle memory with the forward proxy on (after one intercepted request)
+    // and off (after one request to PROXY_PORT), all started together and
+    // read after the same settling time
+    const [on, off] = await Promise.all([times(PROCS, withForward), times(PROCS, () => startSidecar(secure.info.port, tokenServer, 1, 'dist/main.js', trust))])
+    await Promise.all([
+      ...on.map((d) => untilOkThrough({ url: apiUrl, proxy: d.proxy })),
+      ...off.map((d) => untilOkThrough({ url: `http://127.0.0.1:${d.port}/` }))
+    ])
+    await sleep(Math.max(SETTLE_SECONDS, 1) * 1000)
+    const idleRss = { 'forward on': on.map((d) => rssMb(d.child.pid)), 'forward off': off.map((d) => rssMb(d.child.pid)) }
+    for (const d of [...on, ...off]) d.child.kill('SIGKILL')
+    secure.child.kill('SIGKILL')
+    rmSync(dir, { recursive: true, force: true })
+
+    forward = {
+      summary: fwdSummary,
+      forwardToReverse: fwdSummary.forward.cpuUsPerRequest / fwdSummary.reverse.cpuUsPerRequest,
+      forwardToReverseSpread: spreadOf(fwdSummary, 'forward', 'reverse'),
+      forwardToReverseByRound: byRoundOf(set, forwardRuns, 'forward', 'reverse'),
+      newConnectionUs: {
+        'forward, full TLS handshake': perConnection('forward, new connections', 'forward'),
+        'forward, TLS session resumed': perConnection('forward, new connections, TLS resumed', 'forward'),
+        'reverse, TCP': perConnection('reverse, new connections', 'reverse')
+      },
+      idleRssMb: idleRss,
+      idleRssOnMinusOffMb: median(idleRss['forward on']) - median(idleRss['forward off']),
+      // the issue's targets
+      targets: { forwardToReverse: 1.15, idleRssOnMinusOffMb: 5 },
+      runs: forwardRuns
+    }
+    const c = forward.newConnectionUs
+    console.error(`forward: CPU per request forward / reverse ${forward.forwardToReverse.toFixed(2)} (round by round ${forward.forwardToReverseByRound.min.toFixed(2)}–${forward.forwardToReverseByRound.max.toFixed(2)}; target ≤ ${forward.targets.forwardToReverse}); a new connection ${c['forward, full TLS handshake'].us.toFixed(0)} µs (full TLS handshake), ${c['forward, TLS session resumed'].us.toFixed(0)} µs (resumed), reverse ${c['reverse, TCP'].us.toFixed(0)} µs; idle RSS on ${median(idleRss['forward on']).toFixed(0)} MB, off ${median(idleRss['forward off']).toFixed(0)} MB (${forward.idleRssOnMinusOffMb >= 0 ? '+' : ''}${forward.idleRssOnMinusOffMb.toFixed(1)} MB; target ≤ ${forward.targets.idleRssOnMinusOffMb})`)
+  }
+
   // Grants and start-up are measured with no other Node proxy on core 1:
   // the others' timers and renewals would be counted in or slow them down.
   for (const t of targets) if (t.variant === 'auth-sidecar' && t !== firstOf('auth-sidecar')) process.kill(t.pid, 'SIGKILL')
@@ -528,6 +634,7 @@ async function main () {
     dpop,
     routes,
     tls,
+    forward,
     proofs: ONLY.has('proofs') ? proofCost() : null,
     runs
   }
@@ -545,17 +652,21 @@ async function main () {
  * BENCH_ROUNDS rounds over `list`, one slice of load per target each, the
  * order turned each round so that no process always comes first (each still
  * follows the same neighbour); each slice's figures are pushed to `runs`.
+ * A target with `open` brings its own client (bench/forward-load.mjs),
+ * opened before the slice's CPU is read, closed after.
  */
 async function inRounds (list, runs, label = 'round') {
   for (let round = 1; round <= ROUNDS; round++) {
     const order = list.map((_, i) => list[(i + round - 1) % list.length])
     for (const t of order) {
+      const client = t.open === undefined ? undefined : await t.open()
       const before = t.pid ? cpuTicks(t.pid) : 0
       let peak = t.pid ? rssMb(t.pid) : 0
       const sampler = t.pid ? setInterval(() => { peak = Math.max(peak, rssMb(t.pid)) }, 100) : undefined
-      const r = await load(t.url)
+      const r = client === undefined ? await load(t.url) : await client.load(SECONDS)
       clearInterval(sampler)
       const ticks = t.pid ? cpuTicks(t.pid) - before : NaN
+      await client?.close()
       const requests = r.requests.total
       runs[t.name].push({
         rps: r.requests.average,
@@ -566,7 +677,7 @@ async function inRounds (list, runs, label = 'round') {
         non2xx: r.non2xx + r.errors,
         loadRss: peak
       })
-      console.error(`${label} ${round} ${t.name.padEnd(15)} ${Math.round(r.requests.average)} req/s  p50 ${r.latency.p50} ms  p99 ${r.latency.p99} ms${t.pid ? `  cpu ${runs[t.name].at(-1).cpuUsPerRequest.toFixed(1)} µs/req` : ''}${r.non2xx + r.errors ? `  NON-2XX ${r.non2xx + r.errors}` : ''}`)
+      console.error(`${label} ${round} ${t.name.padEnd(15)} ${Math.round(r.requests.average)} req/s  p50 ${r.latency.p50} ms  p99 ${r.latency.p99} ms${t.pid ? `  cpu ${runs[t.name].at(-1).cpuUsPerRequest.toFixed(1)} µs/req` : ''}${r.non2xx + r.errors ? `  NON-2XX ${r.non2xx + r.errors}` : ''}${r.firstError ? ` (${r.firstError})` : ''}`)
     }
   }
 }
@@ -603,12 +714,13 @@ function spreadOf (summary, a, b) {
 /**
  * The same ratio round by round (a round's slices lie within a minute of
  * each other, so slow drifts of the machine cancel out): median and range.
+ * `combine` makes it another comparison of the two, a difference say.
  */
-function byRoundOf (list, runs, a, b) {
+function byRoundOf (list, runs, a, b, combine = (x, y) => x / y) {
   const rounds = runs[list[0].name].length
   if (!list.some((t) => t.variant === a) || !list.some((t) => t.variant === b) || rounds === 0) return null
   const slice = (variant, r) => median(list.filter((t) => t.variant === variant).map((t) => runs[t.name][r]?.cpuUsPerRequest))
-  const rs = Array.from({ length: rounds }, (_, r) => slice(a, r) / slice(b, r))
+  const rs = Array.from({ length: rounds }, (_, r) => combine(slice(a, r), slice(b, r)))
   return { median: median(rs), min: Math.min(...rs), max: Math.max(...rs) }
 }
 
@@ -671,6 +783,17 @@ function table (r) {
     lines.push('', '| an HTTPS upstream, rounds of their own | req/s | p50 ms | p99 ms | proxy CPU µs/req | each process\'s median | non-2xx |', '|---|---|---|---|---|---|---|')
     for (const [name, y] of Object.entries(x.summary)) lines.push(`| ${name} | ${f(y.rps)} | ${f(y.p50, 1)} | ${f(y.p99, 1)} | ${f(y.cpuUsPerRequest, 1)} | ${y.cpuUsPerRequestByProcess.map((z) => f(z, 1)).join(' / ')} | ${y.non2xx} |`)
     lines.push('', `With a client certificate, CPU per request / without: ${f(x.certificateToNone, 2)}${range(x.certificateToNoneSpread)}; round by round median ${f(x.certificateToNoneByRound?.median, 2)}, ${f(x.certificateToNoneByRound?.min, 2)}–${f(x.certificateToNoneByRound?.max, 2)}.`)
+  }
+  if (r.forward) {
+    const x = r.forward
+    lines.push('', '| forward proxy against PROXY_PORT, same sidecars, HTTPS upstream, rounds of their own | req/s | p50 ms | p99 ms | proxy CPU µs/req | each process\'s median | non-2xx |', '|---|---|---|---|---|---|---|')
+    for (const [name, y] of Object.entries(x.summary)) lines.push(`| ${name} | ${f(y.rps)} | ${f(y.p50, 1)} | ${f(y.p99, 1)} | ${f(y.cpuUsPerRequest, 1)} | ${y.cpuUsPerRequestByProcess.map((z) => f(z, 1)).join(' / ')} | ${y.non2xx} |`)
+    lines.push('', `Through the forward proxy, CPU per request / to PROXY_PORT, kept alive: ${f(x.forwardToReverse, 2)}${range(x.forwardToReverseSpread)}; round by round median ${f(x.forwardToReverseByRound?.median, 2)}, ${f(x.forwardToReverseByRound?.min, 2)}–${f(x.forwardToReverseByRound?.max, 2)} (target ≤ ${x.targets.forwardToReverse}).`)
+    lines.push('', '| sidecar CPU per new connection (new-connection request less kept-alive request) | µs | round by round |', '|---|---|---|')
+    for (const [kind, y] of Object.entries(x.newConnectionUs)) lines.push(`| ${kind} | ${f(y.us)} | ${y.byRound ? `median ${f(y.byRound.median)}, ${f(y.byRound.min)}–${f(y.byRound.max)}` : 'n/a'} |`)
+    lines.push('', `| idle RSS, ${r.settings.SETTLE_SECONDS} s after one request | median MB | each process |`, '|---|---|---|')
+    for (const [kind, v] of Object.entries(x.idleRssMb)) lines.push(`| ${kind} | ${f(median(v))} | ${v.map((z) => f(z)).join(' / ')} |`)
+    lines.push('', `Forward proxy on less off: ${f(x.idleRssOnMinusOffMb, 1)} MB (target ≤ ${x.targets.idleRssOnMinusOffMb} MB).`)
   }
   if (r.proofs) {
     lines.push('', `| one DPoP proof (${r.proofs.count} per turn, ${r.proofs.turns} turns in alternation) | CPU µs per proof, median | range of the turns |`, '|---|---|---|')
