@@ -2,9 +2,9 @@
 # auth-sidecar image: multi-stage, numeric non-root user, nothing written at
 # run time (a read-only root filesystem works), node as PID 1 so that SIGTERM
 # reaches the graceful shutdown. The build bundles every production
-# dependency into dist/main.js, so the final stage holds that file, its
-# licence notices and package.json: no node_modules, no demo, no development
-# token server, no source maps.
+# dependency into dist/main.js and dist/chunks/ (what only a setting loads),
+# so the final stage holds those, their licence notices and package.json: no
+# node_modules, no demo, no development token server, no source maps.
 ARG NODE_IMAGE=node:26-slim
 
 # (No `FROM --platform=$BUILDPLATFORM` here, though the build's output is the
@@ -18,12 +18,13 @@ RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json ./
 COPY src ./src
 COPY dev ./dev
-RUN npm run build
+RUN npm run build && rm dist/chunks/*.map
 
 FROM ${NODE_IMAGE}
 ENV NODE_ENV=production
 WORKDIR /app
-COPY --from=build /app/dist/main.js /app/dist/main.js.LEGAL.txt ./dist/
+COPY --from=build /app/dist/main.js ./dist/
+COPY --from=build /app/dist/chunks ./dist/chunks
 COPY package.json ./
 # 65532: the conventional "nonroot" id; no shell login, no home needed.
 USER 65532:65532

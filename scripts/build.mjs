@@ -22,12 +22,7 @@ if (!existsSync('src/main.ts')) {
 }
 
 rmSync('dist', { recursive: true, force: true })
-await esbuild.build({
-  entryPoints: {
-    main: 'src/main.ts',
-    'dev/demo': 'dev/demo.ts',
-    'dev/token-server': 'dev/token-server-main.ts'
-  },
+const common = {
   bundle: true,
   platform: 'node',
   target: 'node20.18',
@@ -43,4 +38,9 @@ await esbuild.build({
   logLevel: 'warning',
   // The CommonJS dependencies call require(): an ES module has none of its own.
   banner: { js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);" }
-})
+}
+// What is imported only when a setting turns it on (the forward proxy and its
+// certificate library, the OpenTelemetry SDK) goes to dist/chunks/, read only
+// then: held in main.js it cost every sidecar its source in memory, some MB.
+await esbuild.build({ ...common, entryPoints: { main: 'src/main.ts' }, splitting: true, chunkNames: 'chunks/[name]-[hash]' })
+await esbuild.build({ ...common, entryPoints: { 'dev/demo': 'dev/demo.ts', 'dev/token-server': 'dev/token-server-main.ts' } })

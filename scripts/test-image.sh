@@ -140,9 +140,11 @@ pass "built $IMAGE: $((size / 1000000)) MB, of which $(( (size - base_size) / 10
 # --- what the image ships ---------------------------------------------------------
 shipped=$($engine run --rm --no-healthcheck --entrypoint sh "$IMAGE" -c 'cd /app && find . -type f | sort')
 echo "$shipped" | sed 's/^/    /'
-[ "$shipped" = "$(printf './dist/main.js\n./dist/main.js.LEGAL.txt\n./package.json')" ] \
-  || fail "the image ships other files than the bundle, its licences and package.json"
-pass "ships the bundle, its licences and package.json only: no demo, no development token server, no source maps, no node_modules"
+# the bundle, its chunks (*.js) and their licences (*.LEGAL.txt), and package.json
+unexpected=$(echo "$shipped" | grep -Ev '^\./dist/main\.js$|^\./dist/chunks/[A-Za-z0-9_-]+\.js(\.LEGAL\.txt)?$|^\./package\.json$' || true)
+[ -z "$unexpected" ] && echo "$shipped" | grep -qx './dist/main.js' \
+  || fail "the image ships other files than the bundle, its chunks, their licences and package.json: $unexpected"
+pass "ships the bundle, its chunks, their licences and package.json only: no demo, no development token server, no source maps, no node_modules"
 
 # --- refuses a bad configuration, as 65532 ------------------------------------------
 set +e

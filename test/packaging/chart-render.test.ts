@@ -1,7 +1,7 @@
 import { execFileSync, spawnSync } from 'node:child_process'
-import { chmodSync, chownSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { chmodSync, chownSync, copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { dirname, join } from 'node:path'
 import t, { type Test } from 'tap'
 import { parseAllDocuments, parse } from 'yaml'
 import { main, root } from '../helpers/process.js'
@@ -283,6 +283,7 @@ function readAsContainer (t: Test, facts: PodFacts): string {
   chmodSync(dir, 0o755)
   mkdirSync(join(dir, 'dist'), { mode: 0o755 })
   copyFileSync(main, join(dir, 'dist', 'main.js'))
+  cpSync(join(dirname(main), 'chunks'), join(dir, 'dist', 'chunks'), { recursive: true })
   copyFileSync(`${root}package.json`, join(dir, 'package.json'))
   const secrets = join(dir, 'secrets')
   mkdirSync(secrets, { mode: 0o755 })

@@ -13,12 +13,14 @@ t.test('multi-stage on a slim current Node LTS', async (t) => {
   t.ok(Number(/^node:(\d+)/.exec(image)?.[1]) % 2 === 0 && Number(/^node:(\d+)/.exec(image)?.[1]) >= 24, 'an even (LTS) major, current')
 })
 
-t.test('the final stage holds the bundle, its licences and package.json only (npm run test:image checks the built image)', async (t) => {
+t.test('the final stage holds the bundle, its chunks and their licences, and package.json only (npm run test:image checks the built image)', async (t) => {
   const copies = final.split('\n').filter((l) => l.startsWith('COPY'))
   t.same(copies.map((l) => l.split(/\s+/).slice(1).join(' ')), [
-    '--from=build /app/dist/main.js /app/dist/main.js.LEGAL.txt ./dist/',
+    '--from=build /app/dist/main.js ./dist/',
+    '--from=build /app/dist/chunks ./dist/chunks',
     'package.json ./'
   ])
+  t.match(dockerfile, /^RUN npm run build && rm dist\/chunks\/\*\.map$/m, 'no source maps shipped')
   t.notMatch(final, /RUN /, 'nothing run in the final stage')
 })
 
