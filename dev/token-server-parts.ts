@@ -69,6 +69,8 @@ export interface GrantRecord {
   certificate?: string
   /** the path it was sent to */
   path?: string
+  /** the W3C traceparent it came with, when the client traces */
+  traceparent?: string
 }
 
 /** A call to the end-session or revocation endpoint. */

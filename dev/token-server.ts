@@ -232,7 +232,8 @@ export class TokenServer {
         this.grants.push({
           grantType: form.grant_type ?? '', form, params, clientAuth: clientAuthOf(form, authorization), at: Date.now(), status, path: req.url ?? '',
           ...(jkt !== undefined && { jkt }),
-          ...(presented !== undefined && { certificate: presented.x5t })
+          ...(presented !== undefined && { certificate: presented.x5t }),
+          ...(typeof req.headers.traceparent === 'string' && { traceparent: req.headers.traceparent })
         })
       }
       const answer = (): void => {

@@ -15,6 +15,7 @@ import { systemClock, type Clock } from './token/clock.js'
 import type { AuthFetch } from './token/http.js'
 import { CredentialRegistry, type HeldCredential } from './token/registry.js'
 import { TlsFileSets } from './tls/files.js'
+import { NO_TRACING, type Tracing } from './tracing/tracing.js'
 
 export { KEEPALIVE_ANNOUNCED_MAX_MS } from './route.js'
 
@@ -25,6 +26,8 @@ export interface AppDeps {
   fetch?: AuthFetch
   /** replaces the 60 s limit for a client's request headers (tests) */
   headersTimeoutMs?: number
+  /** spans for requests and grants (startTracing's); none by default */
+  tracing?: Tracing
 }
 
 export interface App {
@@ -83,10 +86,11 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   const { logger } = deps
   const secrets = egressSecrets(config)
   const tls = new TlsFileSets(logger.child({ component: 'tls' }), config.extraCaFile)
-  const credentials = new CredentialRegistry({ config, tls, secrets, clock: deps.clock ?? systemClock, log: logger, ...(deps.fetch !== undefined && { fetch: deps.fetch }) })
+  const tracing = deps.tracing ?? NO_TRACING
+  const credentials = new CredentialRegistry({ config, tls, secrets, clock: deps.clock ?? systemClock, log: logger, tracing, ...(deps.fetch !== undefined && { fetch: deps.fetch }) })
   const events = new EventEmitter<ProxyEvents>()
   const proxyLog = logger.child({ component: 'proxy' })
-  const routeDeps = { config, credentials, tls, events, log: proxyLog }
+  const routeDeps = { config, credentials, tls, events, log: proxyLog, tracing }
 
   // PROXY_PORT serves the default route and the routes with a path; each
   // route with a port of its own has a listener of its own.

@@ -5,6 +5,7 @@ import { TlsFileError } from './config/pem.js'
 import { ConfigError, loadConfig, type Config } from './config/load.js'
 import { createLogger } from './logger.js'
 import { runCheck } from './check/run.js'
+import { startTracing } from './tracing/tracing.js'
 import { usage } from './usage.js'
 import { VERSION } from './version.js'
 
@@ -40,9 +41,11 @@ try {
 
 const logger = createLogger(config.logLevel)
 for (const warning of config.warnings) logger.warn({ event: 'config' }, warning)
+// off unless OTEL_TRACES_EXPORTER names an exporter: the SDK is then loaded, and only then
+const tracing = await startTracing(config.tracing)
 let app: Awaited<ReturnType<typeof buildApp>>
 try {
-  app = await buildApp(config, { logger })
+  app = await buildApp(config, { logger, tracing })
 } catch (err) {
   // a TLS file that changed into something unusable between the check and its use
   if (!(err instanceof TlsFileError)) throw err
@@ -64,6 +67,8 @@ closeWithGrace({
   if (err !== undefined) logger.error({ err }, 'unexpected error: shutting down')
   else logger.info({ signal, graceMs: config.shutdownGraceMs }, 'shutting down: finishing in-flight requests')
   await app.close()
+  // the spans of the last requests and of the session's end
+  await tracing.shutdown()
   logger.info({}, 'stopped')
   logger.flush()
 })
@@ -82,6 +87,7 @@ try {
         ...(r.port === undefined ? { path: r.path } : { listen: `${routes[r.name]!.address}:${routes[r.name]!.port}` })
       }]))
     }),
+    ...(config.tracing !== undefined && { tracing: config.tracing.exporter }),
     authMode: config.auth.mode,
     ...(config.auth.mode === 'oauth2' && {
       grantType: config.auth.grantType,

@@ -6,6 +6,7 @@ import type { Config, RouteConfig } from './config/load.js'
 import { createDispatcher, websocketEgress } from './dispatcher.js'
 import type { ProxyEvents } from './proxy/context.js'
 import { proxyRoute } from './proxy/route.js'
+import { NO_TRACING, type Tracing } from './tracing/tracing.js'
 import { DESTINATION, FORWARDED_METHODS } from './proxy/server.js'
 import { UpstreamSlots } from './proxy/upstream-slots.js'
 import { TlsDispatcher } from './tls/dispatchers.js'
@@ -34,6 +35,8 @@ export interface RouteDeps {
   tls: TlsFileSets
   events: EventEmitter<ProxyEvents>
   log: pino.Logger
+  /** each request's SERVER span and each try's CLIENT span; none by default */
+  tracing?: Tracing
 }
 
 /**
@@ -115,6 +118,7 @@ export class Route {
         events: deps.events
       },
       methods: FORWARDED_METHODS,
+      tracing: deps.tracing ?? NO_TRACING,
       egress: websocketEgress(global.egress, route.origin),
       ...(mode === 'forward' && { constraints: { [DESTINATION]: route.origin } })
     })

@@ -166,7 +166,7 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
     const step = c.exchange === undefined ? 'grant' : 'exchange'
     try {
       // one grant now, held as the sidecar would hold it: the upstream step and the session's end use it
-      const obtained = await credential.source.obtain({ count: async (_grant, sent) => await sent })
+      const obtained = await credential.source.obtain({ count: async (_grant, send) => await send() })
       credential.hold(obtained)
       const { grant, set } = obtained
       const tokenUrl = credential.source.server.tokenUrl ?? ''

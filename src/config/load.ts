@@ -6,10 +6,10 @@ import { envJsonSchema, properties, type VariableName } from './schema.js'
 import { parseForward } from './forward.js'
 import { parseRoutes } from './routes.js'
 import { tlsNames, tlsPaths } from './tls.js'
-import type { Config, CredentialConfig, LogLevel, RouteConfig } from './types.js'
+import type { Config, CredentialConfig, LogLevel, RouteConfig, TracingSettings } from './types.js'
 import { egressProxy, parseHttpUrl, plainWords, readDotenv, type Raw, type SchemaError } from './values.js'
 
-export type { ClientAuth, Config, CredentialConfig, CredentialSource, DpopAlgorithm, LogLevel, OAuth2Settings, PrimaryGrant, RouteConfig, TlsPaths } from './types.js'
+export type { ClientAuth, Config, CredentialConfig, CredentialSource, DpopAlgorithm, LogLevel, OAuth2Settings, PrimaryGrant, RouteConfig, TlsPaths, TracingSettings } from './types.js'
 export { RESERVED_PARAMS } from './values.js'
 
 /** Every problem with the configuration, reported together. */
@@ -44,6 +44,9 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
     for (const [name, value] of Object.entries(source)) {
       if (value !== undefined && value !== '') merged[name] = value
     }
+  }
+  if (dotenv.OTEL_TRACES_EXPORTER !== undefined && env.OTEL_TRACES_EXPORTER === undefined) {
+    warnings.push('OTEL_TRACES_EXPORTER in .env has no effect: the OpenTelemetry SDK reads its variables from the environment only; set them there')
   }
   if (dotenv.NODE_EXTRA_CA_CERTS !== undefined && dotenv.NODE_EXTRA_CA_CERTS !== '' && env.NODE_EXTRA_CA_CERTS !== dotenv.NODE_EXTRA_CA_CERTS) {
     warnings.push('NODE_EXTRA_CA_CERTS in .env has no effect: Node.js reads it only when the process starts; set it in the environment')
@@ -144,8 +147,24 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
     ...(forward !== undefined && { forward }),
     egress,
     ...(env.NODE_EXTRA_CA_CERTS !== undefined && env.NODE_EXTRA_CA_CERTS !== '' && { extraCaFile: env.NODE_EXTRA_CA_CERTS }),
+    ...tracingOf(env),
     warnings
   }
+}
+
+/** DEFAULT_SERVICE_NAME names the sidecar's spans unless the operator named the service. */
+export const DEFAULT_SERVICE_NAME = 'auth-sidecar'
+
+/**
+ * Tracing is on when OTEL_TRACES_EXPORTER names an exporter (`none`, or
+ * unset, is off), from the process's environment, where the SDK reads the
+ * rest of its settings.
+ */
+function tracingOf (env: NodeJS.ProcessEnv): { tracing: TracingSettings } | undefined {
+  const exporters = (env.OTEL_TRACES_EXPORTER ?? '').split(',').map((e) => e.trim()).filter((e) => e !== '')
+  if (exporters.length === 0 || exporters.includes('none')) return undefined
+  const named = (env.OTEL_SERVICE_NAME ?? '') !== '' || /(^|,)\s*service\.name\s*=/.test(env.OTEL_RESOURCE_ATTRIBUTES ?? '')
+  return { tracing: { exporter: exporters.join(','), serviceName: named ? undefined : DEFAULT_SERVICE_NAME } }
 }
 
 /** Whether a listening address is reachable from this host only. */

@@ -147,6 +147,20 @@ export interface Config {
   extraCaFile?: string
   /** FORWARD_PROXY_*: the forward proxy, when it is on */
   forward?: ForwardSettings
+  /** OpenTelemetry tracing, when OTEL_TRACES_EXPORTER names an exporter */
+  tracing?: TracingSettings
   /** things worth telling the operator that do not stop the start (misspelt names, say) */
   warnings: string[]
+}
+
+/**
+ * Tracing as the sidecar sees it: on or off, and the service's default
+ * name. The OpenTelemetry SDK reads its OTEL_* variables (exporter, sampler,
+ * propagators, endpoints) from the process's environment itself.
+ */
+export interface TracingSettings {
+  /** OTEL_TRACES_EXPORTER: otlp, zipkin, console... */
+  exporter: string
+  /** `auth-sidecar`, when neither OTEL_SERVICE_NAME nor OTEL_RESOURCE_ATTRIBUTES names the service */
+  serviceName: string | undefined
 }

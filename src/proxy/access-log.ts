@@ -15,6 +15,9 @@ export interface AccessLine {
   mode?: 'forward'
   /** the forward proxy's: the origin asked for */
   destination?: string
+  /** with tracing on, the request's SERVER span */
+  trace_id?: string
+  span_id?: string
 }
 
 /** The request target without its query, as the access log shows it. */
@@ -49,6 +52,11 @@ export function accessLine (request: FastifyRequest, status: number, ms: number,
     status,
     durationMs: Math.round(ms * 10) / 10
   }
+  const trace = request.sidecarTrace
+  if (trace !== undefined) {
+    line.trace_id = trace.ids.trace_id
+    line.span_id = trace.ids.span_id
+  }
   if (destination === undefined) return line
   line.mode = 'forward'
   const origin = destination(request.raw)
@@ -68,6 +76,8 @@ export interface AccessLogOptions {
 export const accessLog = fp<AccessLogOptions>(async function accessLog (app: FastifyInstance, { route, onResponse, destination }) {
   app.decorateRequest('sidecarStarted', 0)
   app.decorateRequest('sidecarUpstreamFailed', false)
+  // set by the routes' tracing hooks, when tracing is on
+  app.decorateRequest('sidecarTrace', undefined)
   app.addHook('onRequest', (request, _reply, done) => {
     request.sidecarStarted = performance.now()
     done()

@@ -25,9 +25,13 @@ export const authorize = fp<{ credential: RequestCredential }>(async function au
       return done()
     }
     credential.authorize().then((authorization) => {
+      request.sidecarTrace?.waitedFor(credential)
       request.sidecarAuthorization = authorization
       done()
-    }, (err: unknown) => sendTokenUnavailable(reply, err))
+    }, (err: unknown) => {
+      request.sidecarTrace?.waitedFor(credential)
+      sendTokenUnavailable(reply, err)
+    })
   })
 })
 

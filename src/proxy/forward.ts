@@ -9,6 +9,7 @@ import { ClientGoneError, InterimFloodError, InvalidStatusError, isClientGone, M
 import { forwardedHeaders, relayedResponseHeaders, schemeOf } from './headers.js'
 import { sendError } from './replies.js'
 import type { UpstreamTarget } from './target.js'
+import type { UpstreamSpan } from '../tracing/tracing.js'
 
 /** Idempotent methods without a body may be sent again when a pooled socket turned out dead. */
 const RETRYABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
@@ -43,6 +44,10 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
   #interim = 0
   /** the answer's body, once the upstream's final status came */
   #answer: UpstreamBody | undefined
+  /** the try's CLIENT span, when tracing is on; it ends with the answer's body */
+  #span: UpstreamSpan | undefined
+  /** the try's final status, once it came */
+  #status: number | undefined
 
   constructor (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, target: UpstreamTarget) {
     this.#request = request
@@ -63,20 +68,28 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
     const { path, query } = this.#target
     this.#tries++
     this.#interim = 0
+    this.#status = undefined
+    const headers = forwardedHeaders(this.#request.raw.rawHeaders, {
+      authorization: authorization.header,
+      dpop: authorization.prove?.(this.#method, route.origin + path),
+      host: route.host,
+      requestId: this.#request.id,
+      clientIp: this.#request.raw.socket.remoteAddress,
+      withoutBody: this.#body === undefined,
+      handshake: false,
+      proto: schemeOf(this.#request.raw.socket)
+    })
+    const trace = this.#request.sidecarTrace
+    if (trace !== undefined) {
+      this.#span = trace.upstream(this.#method, { origin: route.origin, path }, this.#tries - 1)
+      delete headers.tracestate
+      Object.assign(headers, this.#span.headers)
+    }
     connection.dispatcher.dispatch({
       origin: route.origin,
       path: path + query,
       method: this.#method as Dispatcher.HttpMethod,
-      headers: forwardedHeaders(this.#request.raw.rawHeaders, {
-        authorization: authorization.header,
-        dpop: authorization.prove?.(this.#method, route.origin + path),
-        host: route.host,
-        requestId: this.#request.id,
-        clientIp: this.#request.raw.socket.remoteAddress,
-        withoutBody: this.#body === undefined,
-        handshake: false,
-        proto: schemeOf(this.#request.raw.socket)
-      }),
+      headers,
       body: this.#body ?? null
     }, this)
   }
@@ -90,7 +103,9 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
       if (++this.#interim > MAX_INTERIM_ANSWERS) controller.abort(new InterimFloodError())
       return
     }
+    this.#status = statusCode
     if (this.#attempt.answered(statusCode, headers['www-authenticate'], headers['dpop-nonce']) === 'replayed') {
+      this.#span?.end(statusCode)
       // the 401's body is not wanted; its connection goes with it
       return controller.abort(new NotRelayedError())
     }
@@ -102,6 +117,7 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
   }
 
   onResponseEnd (): void {
+    this.#span?.end(this.#status)
     this.#answer?.push(null)
     this.#attempt.finish()
   }
@@ -112,6 +128,7 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
     // undici holds a 304's Content-Length for a body owed, though it gives the
     // length of the representation the 304 stands for (RFC 9110 §8.6): the answer is whole
     if (answer !== undefined && this.#reply.statusCode === 304 && (err as { code?: string }).code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH') return this.onResponseEnd()
+    this.#span?.end(this.#status, upstreamFailure(err).code)
     if (answer === undefined) {
       // a stale pooled socket, once, for a request that can be sent again as it is
       const code = (err as { code?: string }).code ?? ''
@@ -141,6 +158,7 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
       controller.abort(new NotRelayedError())
       this.#attempt.finish()
       const failure = new InvalidStatusError(statusCode)
+      this.#span?.end(statusCode, failure.code)
       this.#o.log.warn({ requestId: request.id, route: this.#o.route.name, upstreamStatus: statusCode }, 'upstream answered with an invalid status')
       this.#o.events.emit('upstream_error', { route: this.#o.route.name, reason: 'unreachable', code: failure.code })
       return sendError(reply, 'upstream_unreachable')

@@ -4,6 +4,7 @@ import { errorBody, ERRORS, TokenUnavailableError, type ErrorCode } from '../err
 /** The sidecar's own answers: JSON, no internal detail. */
 export function sendError (reply: FastifyReply, code: ErrorCode, options: { status?: number, retryAfter?: number, close?: boolean } = {}): void {
   if (reply.sent || reply.raw.headersSent) return
+  reply.request.sidecarTrace?.failed(code)
   // an answer of the upstream's may have begun (its headers set, none sent): none of them goes with the sidecar's
   for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name)
   reply.code(options.status ?? ERRORS[code].status)

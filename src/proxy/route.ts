@@ -6,6 +6,7 @@ import { sendError } from './replies.js'
 import { upstreamTarget } from './target.js'
 import { isUpgrade } from './upgrade.js'
 import type { WebSocketEgress } from '../dispatcher.js'
+import type { Tracing } from '../tracing/tracing.js'
 
 export interface RouteOptions {
   /** the route's own parts; the listener's (admission, WebSocket sessions) are the instance's it is registered on */
@@ -15,6 +16,7 @@ export interface RouteOptions {
   egress: WebSocketEgress
   /** Fastify's route constraints: on the forward proxy's listener, the route's origin */
   constraints?: Record<string, string>
+  tracing: Tracing
 }
 
 /**
@@ -29,6 +31,8 @@ export async function proxyRoute (app: FastifyInstance, o: RouteOptions): Promis
   // Bodies are streamed as they come, whatever their type.
   app.removeAllContentTypeParsers()
   app.addContentTypeParser('*', (_request, payload, done) => { done(null, payload) })
+  // before authorize: a request that waits for a token has its span to link from
+  o.tracing.instrumentRoute(app, o.context.route.name)
   await app.register(authorize, { credential: o.context.credential })
   const context: ProxyContext = { ...o.context, admission: app.sidecarAdmission }
   const websockets = app.sidecarWebSockets

@@ -6,7 +6,7 @@ import type { Authorization } from '../token/credential.js'
 import { accessLine } from './access-log.js'
 import { Attempt, type Transport } from './attempt.js'
 import type { ProxyContext, UpstreamConnection } from './context.js'
-import { InvalidStatusError, TunnelRefusedError } from './failures.js'
+import { InvalidStatusError, TunnelRefusedError, upstreamFailure } from './failures.js'
 import { countHeader, forwardedHeaders, schemeOf } from './headers.js'
 import { sendError } from './replies.js'
 import { takeConnection } from './upgrade.js'
@@ -87,6 +87,7 @@ class Handshake implements Transport {
   readonly #attempt: Attempt
   /** the latest upstream handshake */
   #upstream: WebSocket | undefined
+  #tries = 0
   /** on shutdown, a handshake still under way is cut with its connection */
   readonly #cut = { close: () => this.#request.raw.socket.destroy() }
 
@@ -110,18 +111,24 @@ class Handshake implements Transport {
     const req = this.#request.raw
     const { path, query } = this.#target
     const protocols = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim()).filter(Boolean)
+    const headers = forwardedHeaders(req.rawHeaders, {
+      authorization: authorization.header,
+      // a handshake's proof names the URL with http or https (RFC 9449 §4.2)
+      dpop: authorization.prove?.('GET', route.origin + path),
+      host: undefined,
+      requestId: this.#request.id,
+      clientIp: req.socket.remoteAddress,
+      withoutBody: true,
+      handshake: true,
+      proto: schemeOf(req.socket)
+    })
+    const span = this.#request.sidecarTrace?.upstream('GET', { origin: route.origin, path }, this.#tries++)
+    if (span !== undefined) {
+      delete headers.tracestate
+      Object.assign(headers, span.headers)
+    }
     const up = this.#upstream = new WebSocket(route.origin.replace(/^http/, 'ws') + path + query, protocols, {
-      headers: forwardedHeaders(req.rawHeaders, {
-        authorization: authorization.header,
-        // a handshake's proof names the URL with http or https (RFC 9449 §4.2)
-        dpop: authorization.prove?.('GET', route.origin + path),
-        host: undefined,
-        requestId: this.#request.id,
-        clientIp: req.socket.remoteAddress,
-        withoutBody: true,
-        handshake: true,
-        proto: schemeOf(req.socket)
-      }) as Record<string, string>,
+      headers: headers as Record<string, string>,
       perMessageDeflate: false,
       followRedirects: false,
       maxPayload: route.websocketMaxMessageBytes,
@@ -133,6 +140,7 @@ class Handshake implements Transport {
       res.destroy()
       up.terminate()
       const status = res.statusCode ?? 0
+      span?.end(status)
       if (this.#egress.tunnelRefused?.(upReq) === true) return this.#failed(new TunnelRefusedError(status))
       if (this.#attempt.over || this.#attempt.answered(status, res.headers['www-authenticate'], res.headers['dpop-nonce']) === 'replayed') return
       if (status < 200 || status > 599) return this.#failed(new InvalidStatusError(status))
@@ -141,12 +149,16 @@ class Handshake implements Transport {
       this.#reply.code(status).header('x-request-id', this.#request.id).header('content-length', '0').send()
     })
     up.once('error', (err) => {
+      span?.end(undefined, upstreamFailure(err).code)
       // ws reports a failed handshake in state CLOSING: whatever the state,
       // a client still waiting gets an answer (from the latest handshake only)
       if (up === this.#upstream) this.#failed(err)
     })
     // the switch is an answer too: a DPoP-Nonce sent with it is the one the next proof carries
-    up.once('upgrade', (res) => { this.#attempt.answered(101, res.headers['www-authenticate'], res.headers['dpop-nonce']) })
+    up.once('upgrade', (res) => {
+      span?.end(101)
+      this.#attempt.answered(101, res.headers['www-authenticate'], res.headers['dpop-nonce'])
+    })
     up.once('open', () => this.#opened(up))
   }
 
@@ -158,6 +170,7 @@ class Handshake implements Transport {
     this.#settle()
     // the request is done as a request: a session from now on
     this.#reply.hijack()
+    this.#request.sidecarTrace?.end(101)
     this.#o.admission.leave(this.#request)
     // nothing is read from the upstream until the client can take it
     up.pause()

@@ -56,7 +56,7 @@ export class TokenExchange implements TokenSource {
     await this.server.discover().catch((err: unknown) => { throw GrantError.at('discovery', err) })
     const token = await this.#subjectToken()
     try {
-      const set = await o.count(this.grant, this.#exchange(token))
+      const set = await o.count(this.grant, async () => await this.#exchange(token))
       this.#refusedInARow = 0
       return { set, grant: this.grant }
     } catch (err) {
@@ -68,7 +68,7 @@ export class TokenExchange implements TokenSource {
       // no new subject token in time: paced, and tried as soon as one comes (the retry cue)
       if (renewed === undefined) throw GrantError.at(this.grant, err)
       try {
-        return { set: await o.count(this.grant, this.#exchange(renewed)), grant: this.grant }
+        return { set: await o.count(this.grant, async () => await this.#exchange(renewed)), grant: this.grant }
       } catch (again) {
         if (again instanceof GrantError && refusesSubject(again)) this.#refuse(renewed)
         throw GrantError.at(this.grant, again)

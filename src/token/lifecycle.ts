@@ -12,6 +12,7 @@ import { RejectionBackoff } from './rejection-backoff.js'
 import { backoffDelay, renewalDelay, slowRetryDelay, usableFor } from './schedule.js'
 import type { Obtained, TokenSource } from './source.js'
 import { Waiters } from './waiters.js'
+import { NO_TRACING, type Tracing } from '../tracing/tracing.js'
 
 export interface TokenLifecycleOptions {
   /** how its tokens are obtained */
@@ -26,6 +27,10 @@ export interface TokenLifecycleOptions {
   random?: () => number
   /** replaces known secret values in texts before they are logged */
   secrets: SecretScrubber
+  /** a span for each grant; none by default */
+  tracing?: Tracing
+  /** the route whose settings define the credential, for the spans */
+  route?: string
 }
 
 interface HeldToken {
@@ -79,6 +84,7 @@ export class TokenLifecycle implements Credential {
   /** a grant answered after stop(): never used, only its session ended */
   #lateGrant: TokenSet | undefined
   readonly #secrets: SecretScrubber
+  readonly #tracing: Tracing
   /** renewals caused by upstream 401s, paced */
   readonly #rejections = new RejectionBackoff()
   /** the upstream's newest DPoP nonce */
@@ -90,6 +96,7 @@ export class TokenLifecycle implements Credential {
     this.#o = options
     this.source = options.source
     this.#secrets = options.secrets
+    this.#tracing = options.tracing ?? NO_TRACING
     this.#clock = options.clock ?? systemClock
     this.#random = options.random ?? Math.random
     this.#waiters = new Waiters(this.#clock, options.waitMs, () => this.#retryAfterSeconds())
@@ -228,14 +235,18 @@ export class TokenLifecycle implements Credential {
     }
   }
 
-  /** A grant's outcome, told to whoever counts them. */
-  readonly #counted = async (grant: GrantType, sent: Promise<TokenSet>): Promise<TokenSet> => {
+  /** One grant sent, in its span; its outcome told to whoever counts them. */
+  readonly #counted = async (grant: GrantType, send: () => Promise<TokenSet>): Promise<TokenSet> => {
+    const span = this.#tracing.grant(this, this.#o.route ?? 'default', grant)
     try {
-      const set = await sent
+      const set = await span.run(send)
+      span.end('success')
       this.events.emit('grant', grant, 'success')
       return set
     } catch (err) {
-      this.events.emit('grant', grant, err instanceof GrantError && err.kind === 'rejected' ? 'rejected' : 'error')
+      const rejected = err instanceof GrantError && err.kind === 'rejected'
+      span.end(rejected ? 'rejected' : 'error', rejected ? err.oauthError : undefined)
+      this.events.emit('grant', grant, rejected ? 'rejected' : 'error')
       throw err
     }
   }
@@ -327,7 +338,8 @@ export class TokenLifecycle implements Credential {
       outcome: 'success',
       expiresIn: set.expiresInMs / 1000,
       refreshExpiresIn: set.refreshToken === undefined ? null : (set.refreshExpiresInMs ?? 0) / 1000,
-      ...(this.#failures > 0 && { failedAttempts: this.#failures })
+      ...(this.#failures > 0 && { failedAttempts: this.#failures }),
+      ...this.#tracing.grantIds(this)
     }, this.#failures > 0 ? 'token obtained after failed attempts' : 'token obtained')
     this.#failures = 0
     this.#lastFailure = ''
@@ -372,7 +384,9 @@ export class TokenLifecycle implements Credential {
       reason: this.#secrets.scrub(e.message),
       attempt: this.#failures,
       retryInMs: Math.round(delay),
-      tokenValid: this.current() !== undefined
+      tokenValid: this.current() !== undefined,
+      // a failure before any grant was sent (discovery's) has none of its own
+      ...(step !== 'discovery' && this.#tracing.grantIds(this))
     }
     logFailure(this.#o.log, step, e, fields, e.message === this.#lastFailure)
     this.#lastFailure = e.message

@@ -38,9 +38,10 @@ export class OwnGrants implements TokenSource {
 
   async obtain (o: { refresh?: string | undefined, refreshSpent?: () => void, count: GrantCounter }): Promise<Obtained> {
     await this.server.discover().catch((err: unknown) => { throw GrantError.at('discovery', err) })
-    if (o.refresh !== undefined) {
+    const refresh = o.refresh
+    if (refresh !== undefined) {
       try {
-        return { set: await o.count('refresh_token', this.server.refreshGrant(o.refresh)), grant: 'refresh_token' }
+        return { set: await o.count('refresh_token', async () => await this.server.refreshGrant(refresh)), grant: 'refresh_token' }
       } catch (err) {
         // invalid_grant (expired, revoked, reused, session ended) or a 200
         // without a usable token (Keycloak's in an SSO session's last
@@ -55,7 +56,7 @@ export class OwnGrants implements TokenSource {
       }
     }
     try {
-      return { set: await o.count(this.grant, this.server.primaryGrant()), grant: this.grant }
+      return { set: await o.count(this.grant, async () => await this.server.primaryGrant()), grant: this.grant }
     } catch (err) {
       throw GrantError.at(this.grant, err)
     }

@@ -15,6 +15,7 @@ import { OwnGrants } from './own-grants.js'
 import { OAuthClient } from './oauth-client.js'
 import type { TokenSource } from './source.js'
 import type { TlsFiles, TlsFileSets } from '../tls/files.js'
+import { NO_TRACING, type Tracing } from '../tracing/tracing.js'
 
 /** A credential as the sidecar holds it: a token kept fresh (oauth2), or fixed Basic credentials. */
 export type HeldCredential = TokenLifecycle | BasicCredential
@@ -28,6 +29,8 @@ export interface CredentialDeps {
   log: pino.Logger
   /** replaces the HTTP client of the auth server (tests) */
   fetch?: AuthFetch
+  /** a span for each grant and its requests; none by default */
+  tracing?: Tracing
 }
 
 /**
@@ -98,10 +101,11 @@ export class CredentialRegistry {
    * refusal of the certificate.
    */
   #http (tls: TlsFiles | undefined): { fetch: AuthFetch, refusal: () => string | undefined } {
-    if (this.#deps.fetch !== undefined) return { fetch: this.#deps.fetch, refusal: () => undefined }
+    const tracing = this.#deps.tracing ?? NO_TRACING
+    if (this.#deps.fetch !== undefined) return { fetch: tracing.authFetch(this.#deps.fetch), refusal: () => undefined }
     const connections = new TlsDispatcher((connect, onTlsError) => createDispatcher(this.#deps.config.egress, undefined, { connections: 2, keepAliveTimeout: 4_000, maxResponseSize: MAX_ANSWER_BYTES }, connect, onTlsError), tls)
     this.#connections.push(connections)
-    return { fetch: authFetch(connections), refusal: () => connections.refusal() }
+    return { fetch: tracing.authFetch(authFetch(connections)), refusal: () => connections.refusal() }
   }
 
   async #make (config: CredentialConfig): Promise<HeldCredential> {
@@ -119,7 +123,7 @@ export class CredentialRegistry {
         log,
         secrets
       })
-      const manager = this.#lifecycle(source, log, clock, secrets, global)
+      const manager = this.#lifecycle(source, config.name, log, clock, secrets, global)
       // the exchange is made over its subject's connections, with its certificate
       const tls = this.#tls.get(exchange.subject)
       if (tls?.certificate !== undefined) tls.on('change', () => manager.certificateChanged())
@@ -161,14 +165,16 @@ export class CredentialRegistry {
     }
     this.#clients.set(config, made)
     this.#tls.set(config, tls)
-    const manager = this.#lifecycle(new OwnGrants({ server: made(), credentials: store, clock, log, secrets }), log, clock, secrets, global)
+    const manager = this.#lifecycle(new OwnGrants({ server: made(), credentials: store, clock, log, secrets }), config.name, log, clock, secrets, global)
     if (tls?.certificate !== undefined) tls.on('change', () => manager.certificateChanged())
     return manager
   }
 
-  #lifecycle (source: TokenSource, log: pino.Logger, clock: Clock, secrets: SecretScrubber, config: Config): TokenLifecycle {
+  #lifecycle (source: TokenSource, route: string, log: pino.Logger, clock: Clock, secrets: SecretScrubber, config: Config): TokenLifecycle {
     return new TokenLifecycle({
       source,
+      route,
+      ...(this.#deps.tracing !== undefined && { tracing: this.#deps.tracing }),
       log,
       waitMs: config.token.waitMs,
       retryMinMs: config.token.retryMinMs,

@@ -9,8 +9,11 @@ export interface Obtained {
   grant: GrantType
 }
 
-/** Tells whoever counts grants (the metrics) how each one sent went; resolves as `sent` does. */
-export type GrantCounter = (grant: GrantType, sent: Promise<TokenSet>) => Promise<TokenSet>
+/**
+ * Sends one grant (`send`) and tells whoever counts grants (the metrics,
+ * the traces) how it went; resolves as `send` does.
+ */
+export type GrantCounter = (grant: GrantType, send: () => Promise<TokenSet>) => Promise<TokenSet>
 
 /**
  * How a credential's tokens are obtained: its own grant (password or

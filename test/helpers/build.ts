@@ -4,6 +4,7 @@ import type { Test } from 'tap'
 import { buildApp, type App } from '../../src/app.js'
 import { loadConfig } from '../../src/config/load.js'
 import { TokenServer, type Fault, type TokenServerOptions } from '../../dev/token-server.js'
+import type { Tracing } from '../../src/tracing/tracing.js'
 import { captureLogger } from './log.js'
 import { FakeUpstream } from './upstream.js'
 
@@ -32,7 +33,7 @@ export interface Harness {
  * sidecar dials (the issuer's own unless it has a public URL) and
  * `{tokenUrl}` its token endpoint there. `deps.faults` are queued before the start.
  */
-export async function build (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}, deps: { headersTimeoutMs?: number, faults?: Fault[], upstreamTls?: ConstructorParameters<typeof FakeUpstream>[1] } = {}): Promise<Harness> {
+export async function build (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}, deps: { headersTimeoutMs?: number, faults?: Fault[], upstreamTls?: ConstructorParameters<typeof FakeUpstream>[1], tracing?: Tracing } = {}): Promise<Harness> {
   const tokenServer = new TokenServer({
     clients: { 'legacy-app': CLIENT_SECRET },
     users: { 'service-user': PASSWORD },
@@ -62,7 +63,7 @@ export async function build (t: Test, env: Record<string, string> = {}, tokenOpt
   }, { cwd: '/nonexistent' })
   tokenServer.faults.push(...(deps.faults ?? []))
   const log = captureLogger()
-  const app = await buildApp(config, { logger: log.logger, ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }) })
+  const app = await buildApp(config, { logger: log.logger, ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }), ...(deps.tracing !== undefined && { tracing: deps.tracing }) })
   const { proxy, admin, routes, forward } = await app.listen()
   t.teardown(async () => {
     await app.close(500)

@@ -1,0 +1,232 @@
+import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type HrTime, type Span, type Tracer } from '@opentelemetry/api'
+import { NodeSDK } from '@opentelemetry/sdk-node'
+import type { SpanProcessor } from '@opentelemetry/sdk-trace-base'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import { VERSION } from '../version.js'
+import type { Fetch, GrantSpan, RequestTrace, TraceIds, Tracing, UpstreamSpan, URLParts } from './tracing.js'
+
+export interface OtelOptions {
+  serviceName?: string
+  /** replaces the exporter OTEL_TRACES_EXPORTER names (tests: an in-memory one) */
+  spanProcessors?: SpanProcessor[]
+}
+
+/**
+ * The OpenTelemetry SDK, configured by the standard OTEL_* variables it
+ * reads itself (exporter, sampler, propagators, resource), for traces only:
+ * the sidecar's metrics are Prometheus's and its logs stdout's.
+ */
+export function startOtel (options: OtelOptions = {}): Tracing {
+  const sdk = new NodeSDK({
+    ...(options.serviceName !== undefined && { serviceName: options.serviceName }),
+    ...(options.spanProcessors !== undefined && { spanProcessors: options.spanProcessors }),
+    instrumentations: [],
+    metricReaders: [],
+    logRecordProcessors: []
+  })
+  sdk.start()
+  return new OtelTracing(trace.getTracer('auth-sidecar', VERSION), sdk)
+}
+
+class OtelTracing implements Tracing {
+  readonly on = true
+  readonly #tracer: Tracer
+  readonly #sdk: NodeSDK
+  /** each credential's latest grant span: requests that waited link to it, its log lines carry its ids */
+  readonly #grants = new WeakMap<object, Span>()
+
+  constructor (tracer: Tracer, sdk: NodeSDK) {
+    this.#tracer = tracer
+    this.#sdk = sdk
+  }
+
+  instrumentRoute (app: FastifyInstance, route: string): void {
+    const tracer = this.#tracer
+    const grants = this.#grants
+    app.addHook('onRequest', (request, _reply, done) => {
+      request.sidecarTrace = new ServerSpan(tracer, grants, request, route)
+      done()
+    })
+    app.addHook('onResponse', (request, reply, done) => {
+      // the access log's status: an upstream that broke off its answer is 502, a client that left 499
+      request.sidecarTrace?.end(request.sidecarUpstreamFailed ? 502 : reply.raw.writableFinished ? reply.statusCode : 499)
+      done()
+    })
+    app.addHook('onRequestAbort', (request, done) => {
+      request.sidecarTrace?.end(499)
+      done()
+    })
+  }
+
+  grant (credential: object, route: string, grantType: string): GrantSpan {
+    // a grant is its own trace: a renewal on schedule serves every request that follows, not one
+    const span = this.#tracer.startSpan(`grant ${grantType}`, {
+      kind: SpanKind.INTERNAL,
+      root: true,
+      attributes: { 'auth_sidecar.route': route, 'auth_sidecar.grant_type': grantType }
+    })
+    this.#grants.set(credential, span)
+    const within = trace.setSpan(ROOT_CONTEXT, span)
+    return {
+      run: async (send) => await context.with(within, send),
+      end: (outcome, oauthError) => {
+        span.setAttribute('auth_sidecar.outcome', outcome)
+        if (oauthError !== undefined) span.setAttribute('auth_sidecar.oauth_error', oauthError)
+        if (outcome !== 'success') span.setStatus({ code: SpanStatusCode.ERROR })
+        span.end()
+      }
+    }
+  }
+
+  authFetch<F extends Fetch>(fetch: F): F {
+    const tracer = this.#tracer
+    const traced: Fetch = async (url, init) => {
+      const active = context.active()
+      // only what a grant sends: a session ended on shutdown belongs to no trace
+      if (trace.getSpan(active) === undefined) return await fetch(url, init)
+      const span = tracer.startSpan(init.method, { kind: SpanKind.CLIENT, attributes: clientAttributes(init.method, new URL(url), 0) }, active)
+      const headers = { ...init.headers }
+      propagation.inject(trace.setSpan(active, span), headers)
+      try {
+        const res = await fetch(url, { ...init, headers })
+        span.setAttribute('http.response.status_code', res.status)
+        if (res.status >= 400) {
+          span.setAttribute('error.type', String(res.status))
+          span.setStatus({ code: SpanStatusCode.ERROR })
+        }
+        return res
+      } catch (err) {
+        span.setAttribute('error.type', errorType(err))
+        span.setStatus({ code: SpanStatusCode.ERROR })
+        throw err
+      } finally {
+        span.end()
+      }
+    }
+    return traced as F
+  }
+
+  grantIds (credential: object): TraceIds | undefined {
+    const span = this.#grants.get(credential)
+    return span === undefined ? undefined : idsOf(span)
+  }
+
+  async shutdown (): Promise<void> {
+    // an exporter that cannot be reached says so through the SDK's own diagnostics; it never holds up the exit
+    await this.#sdk.shutdown().catch(() => {})
+  }
+}
+
+/** A request's SERVER span, child of the client's traceparent when it sent one. */
+class ServerSpan implements RequestTrace {
+  readonly ids: TraceIds
+  readonly #span: Span
+  readonly #grants: WeakMap<object, Span>
+  readonly #tracer: Tracer
+  /** the sidecar's own error, when it answered with one */
+  #errorType: string | undefined
+  #ended = false
+
+  constructor (tracer: Tracer, grants: WeakMap<object, Span>, request: FastifyRequest, route: string) {
+    this.#tracer = tracer
+    this.#grants = grants
+    const raw = request.raw
+    const method = raw.method ?? 'GET'
+    const parent = propagation.extract(ROOT_CONTEXT, raw.headers)
+    const local = raw.socket
+    const attributes: Attributes = {
+      'http.request.method': method,
+      'url.path': pathOf(raw.url ?? '/'),
+      'url.scheme': (local as { encrypted?: boolean }).encrypted === true ? 'https' : 'http',
+      'server.port': local.localPort ?? 0,
+      'network.peer.address': local.remoteAddress ?? '',
+      'auth_sidecar.route': route
+    }
+    // it began when the request arrived (the access log's clock), before the listener's hooks
+    this.#span = tracer.startSpan(method, { kind: SpanKind.SERVER, attributes, startTime: hrTimeOf(performance.timeOrigin + request.sidecarStarted) }, parent)
+    this.ids = idsOf(this.#span)
+  }
+
+  upstream (method: string, url: URLParts, resendCount: number): UpstreamSpan {
+    const span = this.#tracer.startSpan(method, { kind: SpanKind.CLIENT, attributes: clientAttributes(method, new URL(url.origin + url.path), resendCount) }, trace.setSpan(ROOT_CONTEXT, this.#span))
+    const headers: Record<string, string> = {}
+    propagation.inject(trace.setSpan(ROOT_CONTEXT, span), headers)
+    let ended = false
+    return {
+      headers,
+      end (status, errorType) {
+        if (ended) return
+        ended = true
+        if (status !== undefined) span.setAttribute('http.response.status_code', status)
+        const failure = errorType ?? (status !== undefined && status >= 400 ? String(status) : undefined)
+        if (failure !== undefined) {
+          span.setAttribute('error.type', failure)
+          span.setStatus({ code: SpanStatusCode.ERROR })
+        }
+        span.end()
+      }
+    }
+  }
+
+  waitedFor (credential: object): void {
+    const grant = this.#grants.get(credential)
+    if (grant !== undefined) this.#span.addLink({ context: grant.spanContext() })
+  }
+
+  failed (errorType: string): void {
+    this.#errorType = errorType
+  }
+
+  end (status: number): void {
+    if (this.#ended) return
+    this.#ended = true
+    this.#span.setAttribute('http.response.status_code', status)
+    const failure = this.#errorType ?? (status >= 500 ? String(status) : undefined)
+    if (failure !== undefined) this.#span.setAttribute('error.type', failure)
+    // a server span is in error for a 5xx only: a 4xx is the client's
+    if (status >= 500) this.#span.setStatus({ code: SpanStatusCode.ERROR })
+    this.#span.end()
+  }
+}
+
+/** The stable HTTP client attributes of a request to `url`; its query is never among them. */
+function clientAttributes (method: string, url: URL, resendCount: number): Attributes {
+  const scheme = url.protocol.slice(0, -1)
+  const attributes: Attributes = {
+    'http.request.method': method,
+    'server.address': url.hostname,
+    'server.port': url.port === '' ? (scheme === 'https' ? 443 : 80) : Number(url.port),
+    'url.scheme': scheme,
+    'url.path': url.pathname
+  }
+  if (resendCount > 0) attributes['http.request.resend_count'] = resendCount
+  return attributes
+}
+
+/**
+ * Epoch milliseconds as [seconds, nanoseconds], to the microsecond: the
+ * Zipkin exporter writes microseconds as they come, and Zipkin refuses a
+ * batch with a fraction in one.
+ */
+function hrTimeOf (ms: number): HrTime {
+  const seconds = Math.floor(ms / 1000)
+  return [seconds, Math.min(999_999, Math.round((ms - seconds * 1000) * 1000)) * 1000]
+}
+
+function idsOf (span: Span): TraceIds {
+  const { traceId, spanId } = span.spanContext()
+  return { trace_id: traceId, span_id: spanId }
+}
+
+function pathOf (url: string): string {
+  const q = url.indexOf('?')
+  return q === -1 ? url : url.slice(0, q)
+}
+
+/** What failed, by its code (ECONNREFUSED, UND_ERR_HEADERS_TIMEOUT...), never its message. */
+function errorType (err: unknown): string {
+  const e = err as { code?: unknown, name?: unknown, cause?: { code?: unknown } }
+  const code = e.code ?? e.cause?.code
+  if (typeof code === 'string') return code
+  return typeof e.name === 'string' ? e.name : '_OTHER'
+}

@@ -1,0 +1,111 @@
+import type { FastifyInstance } from 'fastify'
+import type { TracingSettings } from '../config/load.js'
+
+/** trace_id and span_id, as log lines carry them */
+export interface TraceIds {
+  trace_id: string
+  span_id: string
+}
+
+/**
+ * A traced request's SERVER span. Tracing off, requests carry none
+ * (`request.sidecarTrace` is undefined) and the proxy does nothing more.
+ */
+export interface RequestTrace {
+  readonly ids: TraceIds
+  /**
+   * A CLIENT span for one try sent upstream (`resendCount` 0 for the
+   * first). Its `headers` go with the try, replacing the client's
+   * traceparent and tracestate, so that the upstream's spans are its children.
+   */
+  upstream(method: string, url: URLParts, resendCount: number): UpstreamSpan
+  /** The request waited for a token: a link to the grant that ended the wait. */
+  waitedFor(credential: object): void
+  /** The sidecar answered with one of its own errors (`token_unavailable`, `upstream_timeout`...). */
+  failed(errorType: string): void
+  /** The request is answered (the handshake switched, for a WebSocket): the span ends with `status`. */
+  end(status: number): void
+}
+
+/** Where a request goes, without its query: a span never holds one. */
+export interface URLParts {
+  /** `scheme://host[:port]` */
+  origin: string
+  path: string
+}
+
+export interface UpstreamSpan {
+  /** traceparent (and tracestate, when there is one) for the try's headers */
+  readonly headers: Record<string, string>
+  /** The try is over: with the upstream's final status, or `errorType` (what failed) without one. */
+  end(status: number | undefined, errorType?: string): void
+}
+
+/** One grant's INTERNAL span. */
+export interface GrantSpan {
+  /** Runs the grant with the span as the current one, so that its token-endpoint request is a child of it. */
+  run<T>(send: () => Promise<T>): Promise<T>
+  /** `outcome`: success, rejected or error; `oauthError`: the auth server's `error` code, for a refusal. */
+  end(outcome: string, oauthError?: string): void
+}
+
+/** An HTTP client as oauth4webapi's `customFetch` takes it. */
+export type Fetch = (url: string, init: { method: string, headers: Record<string, string>, body?: unknown, signal?: AbortSignal | undefined }) => Promise<Response>
+
+/**
+ * What the sidecar does for tracing, chosen at start: NO_TRACING, unless
+ * OTEL_TRACES_EXPORTER names an exporter (otel.ts, loaded only then).
+ */
+export interface Tracing {
+  readonly on: boolean
+  /** Adds the hooks that give each request of a route its SERVER span (none when off). */
+  instrumentRoute(app: FastifyInstance, route: string): void
+  /** An INTERNAL span for one grant of `credential` (the key the requests waiting for it link by). */
+  grant(credential: object, route: string, grantType: string): GrantSpan
+  /** The auth server's HTTP client, with a CLIENT span for each request sent within a grant. */
+  authFetch<F extends Fetch>(fetch: F): F
+  /** The ids of `credential`'s latest grant, for its token log lines. */
+  grantIds(credential: object): TraceIds | undefined
+  /** Sends the spans still held, and stops. */
+  shutdown(): Promise<void>
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** the request's SERVER span; undefined when tracing is off */
+    sidecarTrace: RequestTrace | undefined
+  }
+}
+
+const NO_GRANT_SPAN: GrantSpan = {
+  async run (send) { return await send() },
+  end () {}
+}
+
+/** Tracing off: nothing is added to a request, a grant or a log line. */
+export const NO_TRACING: Tracing = {
+  on: false,
+  instrumentRoute () {},
+  grant () { return NO_GRANT_SPAN },
+  authFetch (fetch) { return fetch },
+  grantIds () { return undefined },
+  async shutdown () {}
+}
+
+let loaded = false
+
+/** Whether the OpenTelemetry SDK was loaded in this process (tests: tracing off loads nothing). */
+export function tracingLoaded (): boolean {
+  return loaded
+}
+
+/**
+ * The tracing of `settings`: NO_TRACING when off; else the SDK, imported
+ * now and only now, so that a sidecar without tracing never loads it.
+ */
+export async function startTracing (settings: TracingSettings | undefined): Promise<Tracing> {
+  if (settings === undefined) return NO_TRACING
+  loaded = true
+  const { startOtel } = await import('./otel.js')
+  return startOtel({ ...(settings.serviceName !== undefined && { serviceName: settings.serviceName }) })
+}
