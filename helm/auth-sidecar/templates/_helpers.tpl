@@ -92,6 +92,7 @@ sidecar to their own pods. Call it with a dict:
   routes          the named routes (this chart's `routes`), rendered as ROUTE_<NAME>_* variables
   tls             a client certificate (this chart's `tls`): its files, and which way it goes
   forwardProxy    the forward proxy (this chart's `forwardProxy`): FORWARD_PROXY_* and the CA's mount
+  tracing         OpenTelemetry tracing (this chart's `tracing`): the SDK's OTEL_* variables
 Add the volume from "auth-sidecar.volume" to the pod, and give the application
 "auth-sidecar.forwardProxyAppEnv" and "auth-sidecar.forwardProxyAppVolumeMounts".
 */}}
@@ -140,6 +141,9 @@ Add the volume from "auth-sidecar.volume" to the pod, and give the application
     {{- include "auth-sidecar.routeEnv" .routes | nindent 4 }}
     {{- include "auth-sidecar.tlsEnv" .tls | nindent 4 }}
     {{- with include "auth-sidecar.forwardProxyEnv" (dict "forwardProxy" .forwardProxy "env" $s.env "routes" .routes) | trim }}
+    {{- . | nindent 4 }}
+    {{- end }}
+    {{- with include "auth-sidecar.tracingEnv" .tracing | trim }}
     {{- . | nindent 4 }}
     {{- end }}
     {{- with $s.extraEnv }}
@@ -294,7 +298,7 @@ which "auth-sidecar.forwardProxyAppVolumeMounts" mounts.
   "password" (ternary .Values.credentials.keys.password "" $user)
   "clientSecret" (ternary .Values.credentials.keys.clientSecret "" (eq (include "auth-sidecar.hasClientSecret" .) "true"))
   "clientKey" (ternary .Values.credentials.keys.clientKey "" (eq (include "auth-sidecar.hasClientKey" .) "true")) }}
-{{- include "auth-sidecar.container" (dict "sidecar" .Values.sidecar "secretName" (include "auth-sidecar.mountedSecret" .) "keys" $keys "projectedToken" .Values.credentials.projectedToken "native" .Values.sidecar.native "followToken" .Values.sidecar.readiness.followToken "appVersion" .Chart.AppVersion "routes" .Values.routes "tls" .Values.tls "forwardProxy" .Values.forwardProxy) }}
+{{- include "auth-sidecar.container" (dict "sidecar" .Values.sidecar "secretName" (include "auth-sidecar.mountedSecret" .) "keys" $keys "projectedToken" .Values.credentials.projectedToken "native" .Values.sidecar.native "followToken" .Values.sidecar.readiness.followToken "appVersion" .Chart.AppVersion "routes" .Values.routes "tls" .Values.tls "forwardProxy" .Values.forwardProxy "tracing" .Values.tracing) }}
 {{- end }}
 
 {{/*
@@ -360,6 +364,62 @@ the mounted volume, for the upstream (UPSTREAM_TLS_*) and the auth server
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+The OpenTelemetry SDK's variables (this chart's `tracing`), when enabled:
+the exporter and its endpoint, the sampler, the service's name, and the
+resource attributes, which start with the pod's name and namespace from the
+downward API (Kubernetes expands $(VAR) of the entries before). Nothing when
+disabled: the sidecar then does not load the SDK at all. Call with tracing.
+*/}}
+{{- define "auth-sidecar.tracingEnv" -}}
+{{- if and . .enabled }}
+{{- $exporter := default "otlp" .exporter }}
+- name: OTEL_TRACES_EXPORTER
+  value: {{ $exporter | quote }}
+{{- with .endpoint }}
+- name: {{ ternary "OTEL_EXPORTER_ZIPKIN_ENDPOINT" "OTEL_EXPORTER_OTLP_ENDPOINT" (eq $exporter "zipkin") }}
+  value: {{ . | quote }}
+{{- end }}
+{{- with .sampler }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ . | quote }}
+{{- end }}
+{{- /* only the ratio samplers take an argument */}}
+{{- if and (hasSuffix "traceidratio" (toString .sampler)) (ne (toString .samplerArg) "") }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ toString .samplerArg | quote }}
+{{- end }}
+{{- with .serviceName }}
+- name: OTEL_SERVICE_NAME
+  value: {{ . | quote }}
+{{- end }}
+- name: K8S_POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: K8S_NAMESPACE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+{{- $attributes := list "k8s.pod.name=$(K8S_POD_NAME)" "k8s.namespace.name=$(K8S_NAMESPACE_NAME)" }}
+{{- range $key, $value := .resourceAttributes }}
+{{- $attributes = append $attributes (printf "%s=%s" (include "auth-sidecar.resourceAttributeText" $key) (include "auth-sidecar.resourceAttributeText" $value)) }}
+{{- end }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ join "," $attributes | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+A key or value of OTEL_RESOURCE_ATTRIBUTES, percent-encoded where it must
+be: one unencoded "," or "=" makes the SDK drop every attribute, the
+service's name included. "$" too, so that Kubernetes expands nothing of
+it, and spaces, which the SDK would trim at either end.
+*/}}
+{{- define "auth-sidecar.resourceAttributeText" -}}
+{{- toString . | replace "%" "%25" | replace "," "%2C" | replace "=" "%3D" | replace "$" "%24" | replace " " "%20" }}
 {{- end }}
 
 {{/*
