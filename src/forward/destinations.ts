@@ -49,7 +49,7 @@ export function absoluteTarget (url: string): { scheme: 'http' | 'https', destin
 }
 
 /** The FORWARD_PROXY_ALLOW pattern that lets `destination` through, if one does. */
-export function allowing (patterns: readonly AllowPattern[], destination: Destination): AllowPattern | undefined {
+export function allowing (patterns: readonly AllowPattern[], destination: Pick<Destination, 'hostname' | 'port'>): AllowPattern | undefined {
   const { hostname, port } = destination
   const ip = isIP(hostname) !== 0
   return patterns.find((pattern) => {
@@ -86,7 +86,7 @@ export class ForbiddenAddressError extends Error {
  * the address checked is the one connected to, so that a second answer of
  * the name's server cannot differ.
  */
-export async function checkedAddress (destination: Destination, pattern: AllowPattern, ownPorts: () => readonly number[]): Promise<string> {
+export async function checkedAddress (destination: Pick<Destination, 'hostname' | 'port'>, pattern: AllowPattern, ownPorts: () => readonly number[]): Promise<string> {
   if (pattern.kind === 'ip') return destination.hostname
   const answers = await lookup(destination.hostname, { all: true, verbatim: true })
   if (answers.length === 0) throw Object.assign(new Error('the name has no address'), { code: 'ENOTFOUND' })

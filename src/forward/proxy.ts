@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto'
-import { STATUS_CODES, type IncomingMessage } from 'node:http'
+import type { IncomingMessage } from 'node:http'
 import { connect as netConnect, isIP, type Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import { TLSSocket } from 'node:tls'
@@ -7,9 +7,10 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Agent, buildConnector, errors as undiciErrors, type Dispatcher } from 'undici'
 import type { Config } from '../config/load.js'
 import type { ForwardSettings } from '../config/types.js'
-import { errorBody, ERRORS, type ErrorCode } from '../errors.js'
+import { ERRORS, type ErrorCode } from '../errors.js'
 import type { Route, RouteDeps } from '../route.js'
 import type { AccessLine } from '../proxy/access-log.js'
+import { answerOnSocket } from '../proxy/client-errors.js'
 import { relayedResponseHeaders, untouchedHeaders } from '../proxy/headers.js'
 import { sendError } from '../proxy/replies.js'
 import { buildListener, HEADERS_TIMEOUT_MS, type Listener, type ListenerOptions } from '../proxy/server.js'
@@ -99,9 +100,9 @@ export class ForwardProxy {
       connect: (options, callback) => {
         const hostname = options.hostname.startsWith('[') ? options.hostname.slice(1, -1) : options.hostname
         const port = options.port === '' ? (options.protocol === 'https:' ? 443 : 80) : Number(options.port)
-        const pattern = allowing(o.settings.allow, { hostname, port, origin: '', authority: '' })
+        const pattern = allowing(o.settings.allow, { hostname, port })
         if (pattern === undefined) return callback(new ForbiddenAddressError(), null)
-        checkedAddress({ hostname, port, origin: '', authority: '' }, pattern, o.ownPorts).then(
+        checkedAddress({ hostname, port }, pattern, o.ownPorts).then(
           (address) => connector({ ...options, hostname: address, ...(isIP(hostname) === 0 && { servername: hostname }) }, callback),
           (err: Error) => callback(err, null))
       }
@@ -234,7 +235,7 @@ export class ForwardProxy {
       this.#o.listener.events.emit('response', entry)
     }
     const refuse = (code: ErrorCode, destination?: Destination, route = UNROUTED): void => {
-      answer(socket, ERRORS[code].status, requestId, code)
+      answerOnSocket(socket, code, ERRORS[code].status, requestId, code === 'overloaded' || code === 'certificate_unavailable' ? 1 : undefined)
       if (code === 'destination_not_allowed') this.#o.listener.events.emit('forward_connection', 'refused')
       line(ERRORS[code].status, route, destination)
     }
@@ -347,12 +348,3 @@ export class ForwardProxy {
 }
 
 const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n'
-
-/** A CONNECT's answer other than 200, in the sidecar's JSON shape; the connection is closed after it. */
-function answer (socket: Duplex, status: number, requestId: string, code: ErrorCode): void {
-  if (!socket.writable) return void socket.destroy()
-  const body = errorBody(code)
-  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\ncontent-type: application/json; charset=utf-8\r\n` +
-    `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\nx-request-id: ${requestId}\r\n${status === 503 ? 'retry-after: 1\r\n' : ''}\r\n${body}`,
-  () => socket.destroy())
-}

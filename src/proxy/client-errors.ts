@@ -17,15 +17,7 @@ export function clientErrors (route: string, onResponse: (line: AccessLine) => v
 } {
   const answer = (socket: Duplex, code: ErrorCode, status: number, method: string, target: string): void => {
     const requestId = randomUUID()
-    if (socket.writable) {
-      const body = errorBody(code)
-      socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\ncontent-type: application/json; charset=utf-8\r\n` +
-        `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\nx-request-id: ${requestId}\r\n\r\n${body}`,
-      // as Node does after a parse error: nothing more is read from this connection
-      () => socket.destroy())
-    } else {
-      socket.destroy()
-    }
+    answerOnSocket(socket, code, status, requestId)
     onResponse({ requestId, route, method, path: pathOf(target), status, durationMs: 0 })
   }
   return {
@@ -43,4 +35,18 @@ export function clientErrors (route: string, onResponse: (line: AccessLine) => v
       answer(socket, 'method_not_allowed', 405, 'CONNECT', req.url ?? '')
     }
   }
+}
+
+/**
+ * The sidecar's JSON answer written straight to a connection Fastify does
+ * not hold (a parser's refusal, a CONNECT), with `Connection: close`: as
+ * Node does after a parse error, nothing more is read from it.
+ */
+export function answerOnSocket (socket: Duplex, code: ErrorCode, status: number, requestId: string, retryAfter?: number): void {
+  if (!socket.writable) return void socket.destroy()
+  const body = errorBody(code)
+  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\ncontent-type: application/json; charset=utf-8\r\n` +
+    `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\nx-request-id: ${requestId}\r\n` +
+    `${retryAfter === undefined ? '' : `retry-after: ${retryAfter}\r\n`}\r\n${body}`,
+  () => socket.destroy())
 }

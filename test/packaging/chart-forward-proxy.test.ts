@@ -1,11 +1,11 @@
-import { execFileSync, spawnSync } from 'node:child_process'
+import { spawnSync } from 'node:child_process'
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Ajv } from 'ajv'
-import t, { type Test } from 'tap'
-import { parse, parseAllDocuments } from 'yaml'
-import { root } from '../helpers/process.js'
+import type { Test } from 'tap'
+import { parse } from 'yaml'
+import { chart, helm, helmArgs, helmTest, render, validate, type K8sObject } from '../helpers/helm.js'
 
 /**
  * The chart's forwardProxy values as Kubernetes gets them, rendered by Helm
@@ -13,23 +13,6 @@ import { root } from '../helpers/process.js'
  * the application's proxy variables and the CA's certificate alone, and
  * nothing of it when it is off.
  */
-const chart = `${root}helm/auth-sidecar`
-const { findHelm } = await import(`${root}scripts/helm.mjs`) as { findHelm: () => { helm?: string, missing?: string } }
-const { helm = 'helm', missing: helmMissing } = findHelm()
-
-/** A test that needs Helm: without it, a failure under CI=true and a skip saying why elsewhere. */
-function helmTest (name: string, fn: (t: Test) => Promise<void>): void {
-  t.test(name, async (t) => {
-    if (helmMissing !== undefined) {
-      if (process.env.CI === 'true') t.fail(helmMissing)
-      else t.plan(0, helmMissing)
-      return
-    }
-    await fn(t)
-  })
-}
-
-interface K8sObject { apiVersion: string, kind: string, metadata: { name: string }, spec?: any }
 interface EnvVar { name: string, value?: string }
 interface Container { name: string, env: EnvVar[], ports?: Array<{ containerPort: number }>, volumeMounts?: Array<Record<string, unknown>> }
 
@@ -38,13 +21,6 @@ const CA_DIR = '/var/run/secrets/auth-sidecar-forward-ca'
 const BUNDLE = '/etc/auth-sidecar-forward-ca/ca.crt'
 const DEFAULT_NO_PROXY = 'localhost,127.0.0.1,::1,.svc,.svc.cluster.local,.cluster.local,169.254.169.254'
 
-function helmArgs (set: string[], json: string[] = []): string[] {
-  return ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, ...set.flatMap((s) => ['--set', s]), ...json.flatMap((s) => ['--set-json', s])]
-}
-
-function render (set: string[] = [], json: string[] = []): K8sObject[] {
-  return parseManifests(execFileSync(helm, helmArgs(set, json), { encoding: 'utf8' }))
-}
 
 /** The render's error output; the render must fail. */
 function refused (t: Test, set: string[], json: string[] = []): string {
@@ -53,20 +29,6 @@ function refused (t: Test, set: string[], json: string[] = []): string {
   return result.stderr
 }
 
-/** As the API server reads them: YAML 1.1, where `0440` is octal. */
-function parseManifests (text: string): K8sObject[] {
-  return parseAllDocuments(text, { version: '1.1' }).map((d) => d.toJS() as K8sObject).filter((o) => o !== null)
-}
-
-/** kubernetes-models' class for an object's kind, which validates it against the OpenAPI schema. */
-async function validate (t: Test, object: K8sObject): Promise<void> {
-  const [group, version] = object.apiVersion.includes('/') ? object.apiVersion.split('/') : ['', object.apiVersion]
-  const path = group === '' ? 'kubernetes-models/v1' : group === 'monitoring.coreos.com' ? `@kubernetes-models/prometheus-operator/${group}/${version}` : `kubernetes-models/${group}/${version}`
-  const models = await import(path) as Record<string, new (data: object) => { validate(): void }>
-  const Model = models[object.kind]
-  t.ok(Model, `${object.kind} is a ${object.apiVersion} kind`)
-  t.doesNotThrow(() => new Model!(object).validate(), `${object.kind} ${object.metadata.name} is valid`)
-}
 
 function pod (objects: K8sObject[]): { spec: any, sidecar: Container, app: Container } {
   const spec = objects.find((o) => o.kind === 'Deployment')!.spec.template.spec

@@ -3,7 +3,8 @@ import { chmodSync, chownSync, copyFileSync, cpSync, mkdirSync, mkdtempSync, rea
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import t, { type Test } from 'tap'
-import { parseAllDocuments, parse } from 'yaml'
+import { parse } from 'yaml'
+import { chart, helm, helmArgs, helmMissing, helmTest, parseManifests, render, validate } from '../helpers/helm.js'
 import { main, root } from '../helpers/process.js'
 
 /**
@@ -16,23 +17,6 @@ import { main, root } from '../helpers/process.js'
  * container's user to read them: the check that would have caught the
  * EACCES crash loop of a chart without fsGroup.
  */
-const chart = `${root}helm/auth-sidecar`
-const { findHelm } = await import(`${root}scripts/helm.mjs`) as { findHelm: () => { helm?: string, missing?: string } }
-const { helm = 'helm', missing: helmMissing } = findHelm()
-
-/** A test that needs Helm: without it, a failure under CI=true and a skip saying why elsewhere. */
-function helmTest (name: string, fn: (t: Test) => Promise<void>): void {
-  t.test(name, async (t) => {
-    if (helmMissing !== undefined) {
-      if (process.env.CI === 'true') t.fail(helmMissing)
-      else t.plan(0, helmMissing)
-      return
-    }
-    await fn(t)
-  })
-}
-
-interface K8sObject { apiVersion: string, kind: string, metadata: { name: string }, spec?: any }
 
 /** client_credentials with the projected service-account token as the only credential. */
 const PROJECTED = [
@@ -40,25 +24,6 @@ const PROJECTED = [
   'credentials.projectedToken.enabled=true', 'credentials.projectedToken.audience=https://sso.example/realms/r'
 ]
 
-function render (set: string[] = []): K8sObject[] {
-  const text = execFileSync(helm, ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, ...set.flatMap((s) => ['--set', s])], { encoding: 'utf8' })
-  return parseManifests(text)
-}
-
-/** As the API server reads them: YAML 1.1, where `0440` is octal. */
-function parseManifests (text: string): K8sObject[] {
-  return parseAllDocuments(text, { version: '1.1' }).map((d) => d.toJS() as K8sObject).filter((o) => o !== null)
-}
-
-/** kubernetes-models' class for an object's kind, which validates it against the OpenAPI schema. */
-async function validate (t: Test, object: K8sObject): Promise<void> {
-  const [group, version] = object.apiVersion.includes('/') ? object.apiVersion.split('/') : ['', object.apiVersion]
-  const path = group === '' ? 'kubernetes-models/v1' : group === 'monitoring.coreos.com' ? `@kubernetes-models/prometheus-operator/${group}/${version}` : `kubernetes-models/${group}/${version}`
-  const models = await import(path) as Record<string, new (data: object) => { validate(): void }>
-  const Model = models[object.kind]
-  t.ok(Model, `${object.kind} is a ${object.apiVersion} kind`)
-  t.doesNotThrow(() => new Model!(object).validate(), `${object.kind} ${object.metadata.name} is valid`)
-}
 
 helmTest('rendered with Helm, every object satisfies the Kubernetes schemas and the Prometheus operator\'s', async (t) => {
   const variants = [
@@ -102,7 +67,7 @@ helmTest('client_credentials with a projected service-account token: nothing sec
   t.equal(env.AUTH_CLIENT_ASSERTION_FILE, '/var/run/secrets/auth-sidecar-token/token')
   t.same(Object.keys(env).filter((n) => /USERNAME|PASSWORD|SECRET|CLIENT_KEY_FILE/.test(n)), [], 'no other credential')
   t.same(sidecar.volumeMounts, [{ name: 'auth-sidecar-token', mountPath: '/var/run/secrets/auth-sidecar-token', readOnly: true }])
-  const noAudience = spawnSync(helm, ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, ...PROJECTED.filter((s) => !s.includes('audience')).flatMap((s) => ['--set', s])], { encoding: 'utf8' })
+  const noAudience = spawnSync(helm, helmArgs(PROJECTED.filter((s) => !s.includes('audience'))), { encoding: 'utf8' })
   t.not(noAudience.status, 0, 'an audience is required')
 })
 

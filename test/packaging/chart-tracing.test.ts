@@ -3,8 +3,9 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Ajv } from 'ajv'
-import t, { type Test } from 'tap'
-import { parse, parseAllDocuments } from 'yaml'
+import t from 'tap'
+import { parse } from 'yaml'
+import { chart, helm, helmArgs, helmTest, parseManifests, render, validate, type K8sObject } from '../helpers/helm.js'
 import { root } from '../helpers/process.js'
 
 /**
@@ -13,23 +14,6 @@ import { root } from '../helpers/process.js'
  * the sidecar container when enabled, in this chart and in another that adds
  * the sidecar with the named templates, and nothing of it when off.
  */
-const chart = `${root}helm/auth-sidecar`
-const { findHelm } = await import(`${root}scripts/helm.mjs`) as { findHelm: () => { helm?: string, missing?: string } }
-const { helm = 'helm', missing: helmMissing } = findHelm()
-
-/** A test that needs Helm: without it, a failure under CI=true and a skip saying why elsewhere. */
-function helmTest (name: string, fn: (t: Test) => Promise<void>): void {
-  t.test(name, async (t) => {
-    if (helmMissing !== undefined) {
-      if (process.env.CI === 'true') t.fail(helmMissing)
-      else t.plan(0, helmMissing)
-      return
-    }
-    await fn(t)
-  })
-}
-
-interface K8sObject { apiVersion: string, kind: string, metadata: { name: string }, spec?: any }
 interface EnvVar { name: string, value?: string, valueFrom?: { fieldRef?: { fieldPath: string } } }
 interface Container { name: string, env: EnvVar[] }
 
@@ -37,28 +21,7 @@ const ON = ['tracing.enabled=true']
 const COLLECTOR = 'http://otel-collector.observability:4318'
 const ZIPKIN = 'http://zipkin.observability:9411/api/v2/spans'
 
-function helmArgs (set: string[], json: string[] = []): string[] {
-  return ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, ...set.flatMap((s) => ['--set', s]), ...json.flatMap((s) => ['--set-json', s])]
-}
 
-function render (set: string[] = [], json: string[] = []): K8sObject[] {
-  return parseManifests(execFileSync(helm, helmArgs(set, json), { encoding: 'utf8' }))
-}
-
-/** As the API server reads them: YAML 1.1, where `0440` is octal. */
-function parseManifests (text: string): K8sObject[] {
-  return parseAllDocuments(text, { version: '1.1' }).map((d) => d.toJS() as K8sObject).filter((o) => o !== null)
-}
-
-/** kubernetes-models' class for an object's kind, which validates it against the OpenAPI schema. */
-async function validate (t: Test, object: K8sObject): Promise<void> {
-  const [group, version] = object.apiVersion.includes('/') ? object.apiVersion.split('/') : ['', object.apiVersion]
-  const path = group === '' ? 'kubernetes-models/v1' : group === 'monitoring.coreos.com' ? `@kubernetes-models/prometheus-operator/${group}/${version}` : `kubernetes-models/${group}/${version}`
-  const models = await import(path) as Record<string, new (data: object) => { validate(): void }>
-  const Model = models[object.kind]
-  t.ok(Model, `${object.kind} is a ${object.apiVersion} kind`)
-  t.doesNotThrow(() => new Model!(object).validate(), `${object.kind} ${object.metadata.name} is valid`)
-}
 
 function containers (spec: any): Container[] {
   return [...(spec.initContainers ?? []), ...spec.containers]
