@@ -1,8 +1,8 @@
 // The real Keycloak for the tests: the official server distribution from
 // Maven Central, run with a JDK of this machine on loopback.
 //
-//   node scripts/keycloak.mjs install        fetch (Maven) and build both layouts; what .ci/run does
-//   node scripts/keycloak.mjs serve <dir>    start both, write <dir>/state.json, stop when told or
+//   node scripts/keycloak.mjs install        fetch (Maven) and build every server; what .ci/run does
+//   node scripts/keycloak.mjs serve <dir>    start them, write <dir>/state.json, stop when told or
 //                                            when the process that started it is gone (tap's before)
 //
 // Three servers run. Two are one per path layout: Keycloak 17+ serves at
@@ -10,7 +10,9 @@
 // the root one also serves HTTPS with client certificates (mutual TLS). The
 // third is the topology of most clusters: reached at a loopback address
 // while its hostname, and so every issuer it names, is a public one the
-// tests never dial (PUBLIC_HOSTNAME), its backchannel endpoints dynamic.
+// tests never dial (PUBLIC_HOSTNAME), its backchannel endpoints dynamic;
+// it alone has OpenTelemetry tracing on, so that its log lines carry the
+// trace id each request came with.
 // Each has an in-memory database, so every test run starts from nothing;
 // tests create their own realms through the admin API from the files in
 // test/keycloak/.
@@ -24,8 +26,28 @@ import { TestCa } from './test-ca.mjs'
 export const KEYCLOAK_VERSION = '26.7.3'
 export const ADMIN = { username: 'admin', password: 'admin-password-for-tests' }
 export const LAYOUTS = { root: '/', auth: '/auth' }
-/** The servers a test run starts: each layout's, and one with a public hostname (built as the root layout). */
-export const SERVERS = { root: 'root', auth: 'auth', hostname: 'root' }
+/**
+ * How a traced server runs. Every log line carries the trace id its request
+ * came with (`traceId=...` in the console format); the jboss-logging event
+ * listener's lines (a LOGIN for each password grant, a CLIENT_LOGIN for
+ * each client_credentials one) are logged at debug, so its category is.
+ * Sampler ratio 0: Keycloak records and exports none of its own spans
+ * (its endpoint, the discard port, is never dialled), while the trace id
+ * of the request's traceparent still reaches the log.
+ */
+const TRACED_RUN_OPTIONS = ['--log-level=warn,org.keycloak.events:debug', '--tracing-sampler-ratio=0', '--tracing-endpoint=http://127.0.0.1:9']
+/**
+ * The builds, each a copy of the distribution built with BUILD_OPTIONS and
+ * its `options`, started with its `run` options: one per path layout, and
+ * the root layout with tracing on (`--tracing-enabled` is a build option).
+ */
+const BUILDS = {
+  root: { layout: 'root', options: ['--https-client-auth=request'], run: ['--log-level=warn'] },
+  auth: { layout: 'auth', options: ['--http-relative-path=/auth'], run: ['--log-level=warn'] },
+  traced: { layout: 'root', options: ['--https-client-auth=request', '--tracing-enabled=true'], run: TRACED_RUN_OPTIONS }
+}
+/** The servers a test run starts, each with its build: each layout's, and one with a public hostname and tracing. */
+export const SERVERS = { root: 'root', auth: 'auth', hostname: 'traced' }
 /** The hostname server's public URL: a name under .test, which never resolves. */
 export const PUBLIC_HOSTNAME = 'https://sso.auth-sidecar.test'
 /** Build options: a server built with others is rebuilt. */
@@ -62,10 +84,10 @@ export function fetchDistribution () {
   return dist
 }
 
-/** A copy of the distribution built for one path layout (the build is what makes starts quick). */
-export function buildLayout (layout) {
-  const home = join(cacheRoot, layout)
-  const options = [...BUILD_OPTIONS, ...(layout === 'auth' ? ['--http-relative-path=/auth'] : ['--https-client-auth=request'])]
+/** A copy of the distribution with one of BUILDS made (the build is what makes starts quick). */
+export function buildHome (name) {
+  const home = join(cacheRoot, name)
+  const options = [...BUILD_OPTIONS, ...BUILDS[name].options]
   const marker = join(home, '.auth-sidecar-build')
   if (existsSync(marker) && readFileSync(marker, 'utf8') === options.join(' ')) return home
   const dist = fetchDistribution()
@@ -116,17 +138,20 @@ function httpsOptions (dir, port) {
 
 /** Starts one server, its process in `children` at once; resolves once /health/ready answers. */
 async function startServer (server, dir, children) {
-  const layout = SERVERS[server]
-  const home = buildLayout(layout)
+  const build = SERVERS[server]
+  const { layout } = BUILDS[build]
+  const home = buildHome(build)
   const [port, management] = [await freePort(), await freePort()]
   const https = server === 'root' ? httpsOptions(dir, await freePort()) : { args: [], info: {} }
   const hostname = server === 'hostname'
     ? { args: [`--hostname=${PUBLIC_HOSTNAME}`, '--hostname-backchannel-dynamic=true'], info: { publicUrl: PUBLIC_HOSTNAME } }
     : { args: ['--hostname-strict=false'], info: {} }
-  const log = openSync(join(dir, `keycloak-${server}.log`), 'w')
+  const logFile = join(dir, `keycloak-${server}.log`)
+  const log = openSync(logFile, 'w')
   const child = spawn(join(home, 'bin', 'kc.sh'), [
     'start', '--optimized', '--http-enabled=true', ...hostname.args,
-    '--http-host=127.0.0.1', `--http-port=${port}`, `--http-management-port=${management}`, '--log-level=warn',
+    '--http-host=127.0.0.1', `--http-port=${port}`, `--http-management-port=${management}`,
+    ...BUILDS[build].run,
     ...https.args
   ], {
     env: {
@@ -144,7 +169,7 @@ async function startServer (server, dir, children) {
   children.push(child)
   const prefix = LAYOUTS[layout] === '/' ? '' : LAYOUTS[layout]
   await untilReady(`http://127.0.0.1:${management}${prefix}/health/ready`, child, 180_000)
-  return { child, info: { server, layout, url: `http://127.0.0.1:${port}${prefix}`, pid: child.pid, ...https.info, ...hostname.info } }
+  return { child, info: { server, layout, url: `http://127.0.0.1:${port}${prefix}`, pid: child.pid, log: logFile, ...https.info, ...hostname.info } }
 }
 
 /**
@@ -182,7 +207,7 @@ async function serve (dir, watch) {
 
 const [command, arg, watch] = process.argv.slice(2)
 if (command === 'install') {
-  for (const layout of Object.keys(LAYOUTS)) console.log(`keycloak ${KEYCLOAK_VERSION} (${layout} layout): ${buildLayout(layout)}`)
+  for (const build of Object.keys(BUILDS)) console.log(`keycloak ${KEYCLOAK_VERSION} (${build}): ${buildHome(build)}`)
   console.log(`java: ${javaHome()}`)
 } else if (command === 'serve') {
   await serve(arg, watch === undefined ? undefined : Number(watch))

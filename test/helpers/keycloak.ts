@@ -10,11 +10,15 @@ interface RunState {
   version?: string
   reason?: string
   admin?: { username: string, password: string }
-  servers?: Record<ServerName, { url: string, httpsUrl?: string, caDir?: string, publicUrl?: string }>
+  servers?: Record<ServerName, { url: string, httpsUrl?: string, caDir?: string, publicUrl?: string, log: string }>
 }
 
 export type Layout = 'root' | 'auth'
-/** The run's servers: one per path layout, and one whose hostname is a public URL the tests never dial. */
+/**
+ * The run's servers: one per path layout, and one whose hostname is a
+ * public URL the tests never dial, with tracing on (its log lines carry
+ * each request's trace id).
+ */
 export type ServerName = Layout | 'hostname'
 export type Servers = Record<ServerName, KeycloakServer>
 
@@ -30,9 +34,9 @@ async function connect (): Promise<Servers | string> {
       const { admin, servers } = state as Required<RunState>
       const https = servers.root.httpsUrl !== undefined && servers.root.caDir !== undefined ? { url: servers.root.httpsUrl, caDir: servers.root.caDir } : undefined
       return {
-        root: new KeycloakServer('root', servers.root.url, admin, https),
-        auth: new KeycloakServer('auth', servers.auth.url, admin),
-        hostname: new KeycloakServer('root', servers.hostname.url, admin, undefined, servers.hostname.publicUrl)
+        root: new KeycloakServer('root', servers.root.url, admin, https, undefined, servers.root.log),
+        auth: new KeycloakServer('auth', servers.auth.url, admin, undefined, undefined, servers.auth.log),
+        hostname: new KeycloakServer('root', servers.hostname.url, admin, undefined, servers.hostname.publicUrl, servers.hostname.log)
       }
     }
     if (state?.status === 'failed' || state?.status === 'off') return `real Keycloak ${state.version ?? ''} unavailable: ${state.reason ?? 'no reason given'}`
@@ -72,8 +76,9 @@ export class KeycloakServer {
    * asking for client certificates and taking those the run's CA (in
    * `caDir`, scripts/test-ca.mjs) signed. `publicUrl`: its hostname, which
    * every issuer it names is under (a public one, never dialled here).
+   * `log`: the file its console output goes to.
    */
-  constructor (readonly layout: Layout, readonly url: string, readonly admin: { username: string, password: string }, readonly https?: { url: string, caDir: string }, readonly publicUrl?: string) {}
+  constructor (readonly layout: Layout, readonly url: string, readonly admin: { username: string, password: string }, readonly https?: { url: string, caDir: string }, readonly publicUrl?: string, readonly log?: string) {}
 
   /** The admin API's answer to `method path`; throws on a status other than 2xx. */
   async api<T = unknown> (method: string, path: string, body?: unknown): Promise<T> {
