@@ -12,6 +12,7 @@ import type { UpstreamError } from '../proxy/context.js'
 import type { Route } from '../route.js'
 import { dpopRefusalOf, hasDpopChallenge } from '../token/challenge.js'
 import type { TokenLifecycle } from '../token/lifecycle.js'
+import { NO_GRANT_SPAN } from '../tracing/tracing.js'
 import { advice, binding, certificateBinding, claims, describeCertificate, describeConfig, lifetimes, printable } from './describe.js'
 
 /**
@@ -166,7 +167,7 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
     const step = c.exchange === undefined ? 'grant' : 'exchange'
     try {
       // one grant now, held as the sidecar would hold it: the upstream step and the session's end use it
-      const obtained = await credential.source.obtain({ count: async (_grant, send) => await send() })
+      const obtained = await credential.source.obtain({ count: async (_grant, send) => await send(NO_GRANT_SPAN) })
       credential.hold(obtained)
       const { grant, set } = obtained
       const tokenUrl = credential.source.server.tokenUrl ?? ''

@@ -5,6 +5,7 @@ import type { SecretScrubber } from '../secrets.js'
 import type { CredentialEvents } from './credential.js'
 import { GrantError, refusesSubject } from './grant.js'
 import type { OAuthClient } from './oauth-client.js'
+import type { GrantTrace } from '../tracing/tracing.js'
 import type { GrantCounter, Obtained, TokenSource } from './source.js'
 
 /** The credential whose token is exchanged (its lifecycle). */
@@ -56,7 +57,7 @@ export class TokenExchange implements TokenSource {
     await this.server.discover().catch((err: unknown) => { throw GrantError.at('discovery', err) })
     const token = await this.#subjectToken()
     try {
-      const set = await o.count(this.grant, async () => await this.#exchange(token))
+      const set = await o.count(this.grant, async (trace) => await this.#exchange(token, trace))
       this.#refusedInARow = 0
       return { set, grant: this.grant }
     } catch (err) {
@@ -68,7 +69,7 @@ export class TokenExchange implements TokenSource {
       // no new subject token in time: paced, and tried as soon as one comes (the retry cue)
       if (renewed === undefined) throw GrantError.at(this.grant, err)
       try {
-        return { set: await o.count(this.grant, async () => await this.#exchange(renewed)), grant: this.grant }
+        return { set: await o.count(this.grant, async (trace) => await this.#exchange(renewed, trace)), grant: this.grant }
       } catch (again) {
         if (again instanceof GrantError && refusesSubject(again)) this.#refuse(renewed)
         throw GrantError.at(this.grant, again)
@@ -95,8 +96,8 @@ export class TokenExchange implements TokenSource {
     return undefined
   }
 
-  async #exchange (token: string): ReturnType<OAuthClient['exchange']> {
-    return await this.server.exchange(token, this.#o.audience, this.#o.scope)
+  async #exchange (token: string, trace: GrantTrace): ReturnType<OAuthClient['exchange']> {
+    return await this.server.exchange(token, this.#o.audience, this.#o.scope, trace)
   }
 
   /** The subject's token to exchange: never one the exchange refused. */

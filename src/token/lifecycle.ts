@@ -7,10 +7,10 @@ import { MAX_TIMER_MS, systemClock, type Clock } from './clock.js'
 import type { Authorization, Credential, CredentialEvents, HeaderValue, LogoutResult, Verdict } from './credential.js'
 import { dpopNonceOf } from './dpop.js'
 import { classify, logFailure, notReadyText, type FailureClass } from './failures.js'
-import { GrantError, type GrantType, type Step, type TokenSet } from './grant.js'
+import { GrantError, type Step, type TokenSet } from './grant.js'
 import { RejectionBackoff } from './rejection-backoff.js'
 import { backoffDelay, renewalDelay, slowRetryDelay, usableFor } from './schedule.js'
-import type { Obtained, TokenSource } from './source.js'
+import type { GrantCounter, Obtained, TokenSource } from './source.js'
 import { Waiters } from './waiters.js'
 import { NO_TRACING, type Tracing } from '../tracing/tracing.js'
 
@@ -236,10 +236,10 @@ export class TokenLifecycle implements Credential {
   }
 
   /** One grant sent, in its span; its outcome told to whoever counts them. */
-  readonly #counted = async (grant: GrantType, send: () => Promise<TokenSet>): Promise<TokenSet> => {
+  readonly #counted: GrantCounter = async (grant, send) => {
     const span = this.#tracing.grant(this, this.#o.route ?? 'default', grant)
     try {
-      const set = await span.run(send)
+      const set = await send(span)
       span.end('success')
       this.events.emit('grant', grant, 'success')
       return set

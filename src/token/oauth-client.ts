@@ -2,6 +2,7 @@ import * as oauth from 'oauth4webapi'
 import type { SecretValues } from '../config/credentials.js'
 import type { PrimaryGrant } from '../config/load.js'
 import type { Logger } from '../logger.js'
+import type { GrantTrace } from '../tracing/tracing.js'
 import type { SecretScrubber } from '../secrets.js'
 import type { ClientAuthenticator } from './client-auth.js'
 import type { Clock } from './clock.js'
@@ -150,18 +151,22 @@ export class OAuthClient {
     return endpoints
   }
 
-  /** The configured grant (password or client_credentials), with the credentials as they are now. */
-  async primaryGrant (): Promise<TokenSet> {
-    if (this.grantType === 'client_credentials') return await this.#send('client_credentials', () => [], this.#o.extras)
+  /**
+   * The configured grant (password or client_credentials), with the
+   * credentials as they are now. `trace`: the grant's, whose span its
+   * request is a child of (none: untraced).
+   */
+  async primaryGrant (trace?: GrantTrace): Promise<TokenSet> {
+    if (this.grantType === 'client_credentials') return await this.#send('client_credentials', () => [], this.#o.extras, trace)
     return await this.#send('password', (creds) => {
       this.#o.secrets.add(creds.password)
       return [['username', creds.username ?? ''], ['password', creds.password ?? '']]
-    }, this.#o.extras)
+    }, this.#o.extras, trace)
   }
 
   /** The refresh grant. */
-  async refreshGrant (refreshToken: string): Promise<TokenSet> {
-    return await this.#send('refresh_token', () => [['refresh_token', refreshToken]], this.#o.extras)
+  async refreshGrant (refreshToken: string, trace?: GrantTrace): Promise<TokenSet> {
+    return await this.#send('refresh_token', () => [['refresh_token', refreshToken]], this.#o.extras, trace)
   }
 
   /**
@@ -169,14 +174,14 @@ export class OAuthClient {
    * client's, for one for `audience`: its own fields and the client's
    * authentication only (AUTH_SCOPE and AUTH_TOKEN_PARAMS are the grants').
    */
-  async exchange (subjectToken: string, audience: string, scope: string | undefined): Promise<TokenSet> {
+  async exchange (subjectToken: string, audience: string, scope: string | undefined, trace?: GrantTrace): Promise<TokenSet> {
     const set = await this.#send(TOKEN_EXCHANGE, () => [
       ['subject_token', subjectToken],
       ['subject_token_type', ACCESS_TOKEN_TYPE],
       ['requested_token_type', ACCESS_TOKEN_TYPE],
       ['audience', audience],
       ...(scope === undefined ? [] : [['scope', scope] as [string, string]])
-    ], {})
+    ], {}, trace)
     // what was issued is checked (RFC 8693 §2.2.1): a refresh or ID token is never sent as an access token
     const issued = set.issuedTokenType
     if (issued !== undefined && !USABLE_ISSUED_TYPES.has(issued)) {
@@ -191,19 +196,19 @@ export class OAuthClient {
   }
 
   /** One grant, its fields made from the credentials as they are now. */
-  async #send (grant: string, own: (creds: SecretValues) => Fields, extras: GrantExtras): Promise<TokenSet> {
+  async #send (grant: string, own: (creds: SecretValues) => Fields, extras: GrantExtras, trace: GrantTrace | undefined): Promise<TokenSet> {
     const creds = await this.#o.credentials.read()
     this.#o.secrets.add(creds.clientSecret)
     const fields = grantFields(grant, own(creds), extras)
     try {
-      return await this.#post(grant, this.#tokenUrl ?? '', fields, creds)
+      return await this.#post(grant, this.#tokenUrl ?? '', fields, creds, trace)
     } catch (err) {
       const alternate = this.#alternateTokenUrl
       if (!(err instanceof GrantError) || err.kind !== 'wrong_url' || alternate === undefined || this.#stopped) throw err
       // Keycloak 17+ serves without /auth, older ones with it: the URL was
       // derived from AUTH_URL, so the other layout is tried, once.
       this.#alternateTokenUrl = undefined
-      const set = await this.#post(grant, alternate, fields, creds).catch((again: unknown) => {
+      const set = await this.#post(grant, alternate, fields, creds, trace).catch((again: unknown) => {
         // only a token endpoint judges a grant: 400 or 401 with an OAuth error
         const judged = again instanceof GrantError && again.kind === 'rejected' && (again.status === 400 || again.status === 401) && again.oauthError !== undefined
         if (!judged) throw err
@@ -228,13 +233,13 @@ export class OAuthClient {
    * proof then carrying the nonce the server sent (oauth4webapi's DPoP
    * handle keeps it); never a loop.
    */
-  async #post (grant: string, url: string, fields: Fields, creds: SecretValues): Promise<TokenSet> {
+  async #post (grant: string, url: string, fields: Fields, creds: SecretValues, trace: GrantTrace | undefined): Promise<TokenSet> {
     const as = this.#metadata(url)
     for (let attempt = 0; ; attempt++) {
       const auth = await this.#o.client.forRequest(creds, url)
       this.#o.log.debug({ event: 'token', grant, tokenUrl: url }, 'token request')
       const res = await this.request('token', this.#o.timeoutMs, async (signal) =>
-        await oauth.genericTokenEndpointRequest(as, this.#client, auth, grant, fields, { ...this.#options(url, signal), ...(this.#dpop !== undefined && { DPoP: this.#dpop }) }))
+        await oauth.genericTokenEndpointRequest(as, this.#client, auth, grant, fields, { ...this.#options(url, signal, trace), ...(this.#dpop !== undefined && { DPoP: this.#dpop }) }))
       this.#noteNonce(res.headers.get('dpop-nonce'))
       this.#o.log.debug({ event: 'token', grant, status: res.status }, 'token endpoint answered')
       let set: TokenSet
@@ -333,11 +338,14 @@ export class OAuthClient {
     return { issuer: this.#endpoints?.issuer ?? issuerOf(tokenUrl), token_endpoint: tokenUrl }
   }
 
-  /** What every request to `url` takes: the timeout's signal, the sidecar's HTTP client, http allowed where configured. */
-  #options (url: string, signal: AbortSignal): { signal: AbortSignal, [oauth.customFetch]: AuthFetch, [oauth.allowInsecureRequests]?: boolean } {
+  /**
+   * What every request to `url` takes: the timeout's signal, the sidecar's
+   * HTTP client (traced within a grant's `trace`), http allowed where configured.
+   */
+  #options (url: string, signal: AbortSignal, trace?: GrantTrace): { signal: AbortSignal, [oauth.customFetch]: AuthFetch, [oauth.allowInsecureRequests]?: boolean } {
     return {
       signal,
-      [oauth.customFetch]: this.#fetch,
+      [oauth.customFetch]: trace === undefined ? this.#fetch : trace.traced(this.#fetch),
       // the operator chose an http URL (a Keycloak in the same pod, say): oauth4webapi refuses it otherwise
       ...(new URL(url).protocol === 'http:' && { [oauth.allowInsecureRequests]: true })
     }

@@ -41,7 +41,7 @@ export class OwnGrants implements TokenSource {
     const refresh = o.refresh
     if (refresh !== undefined) {
       try {
-        return { set: await o.count('refresh_token', async () => await this.server.refreshGrant(refresh)), grant: 'refresh_token' }
+        return { set: await o.count('refresh_token', async (trace) => await this.server.refreshGrant(refresh, trace)), grant: 'refresh_token' }
       } catch (err) {
         // invalid_grant (expired, revoked, reused, session ended) or a 200
         // without a usable token (Keycloak's in an SSO session's last
@@ -56,7 +56,7 @@ export class OwnGrants implements TokenSource {
       }
     }
     try {
-      return { set: await o.count(this.grant, async () => await this.server.primaryGrant()), grant: this.grant }
+      return { set: await o.count(this.grant, async (trace) => await this.server.primaryGrant(trace)), grant: this.grant }
     } catch (err) {
       throw GrantError.at(this.grant, err)
     }

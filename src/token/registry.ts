@@ -15,7 +15,7 @@ import { OwnGrants } from './own-grants.js'
 import { OAuthClient } from './oauth-client.js'
 import type { TokenSource } from './source.js'
 import type { TlsFiles, TlsFileSets } from '../tls/files.js'
-import { NO_TRACING, type Tracing } from '../tracing/tracing.js'
+import type { Tracing } from '../tracing/tracing.js'
 
 /** A credential as the sidecar holds it: a token kept fresh (oauth2), or fixed Basic credentials. */
 export type HeldCredential = TokenLifecycle | BasicCredential
@@ -101,11 +101,10 @@ export class CredentialRegistry {
    * refusal of the certificate.
    */
   #http (tls: TlsFiles | undefined): { fetch: AuthFetch, refusal: () => string | undefined } {
-    const tracing = this.#deps.tracing ?? NO_TRACING
-    if (this.#deps.fetch !== undefined) return { fetch: tracing.authFetch(this.#deps.fetch), refusal: () => undefined }
+    if (this.#deps.fetch !== undefined) return { fetch: this.#deps.fetch, refusal: () => undefined }
     const connections = new TlsDispatcher((connect, onTlsError) => createDispatcher(this.#deps.config.egress, undefined, { connections: 2, keepAliveTimeout: 4_000, maxResponseSize: MAX_ANSWER_BYTES }, connect, onTlsError), tls)
     this.#connections.push(connections)
-    return { fetch: tracing.authFetch(authFetch(connections)), refusal: () => connections.refusal() }
+    return { fetch: authFetch(connections), refusal: () => connections.refusal() }
   }
 
   async #make (config: CredentialConfig): Promise<HeldCredential> {

@@ -1,5 +1,6 @@
 import type { LogoutResult } from './credential.js'
 import type { GrantType, TokenSet } from './grant.js'
+import type { GrantTrace } from '../tracing/tracing.js'
 import type { OAuthClient } from './oauth-client.js'
 import type { HeldSession } from './session.js'
 
@@ -10,10 +11,11 @@ export interface Obtained {
 }
 
 /**
- * Sends one grant (`send`) and tells whoever counts grants (the metrics,
- * the traces) how it went; resolves as `send` does.
+ * Sends one grant (`send`, given the grant's trace for its requests) and
+ * tells whoever counts grants (the metrics, the traces) how it went;
+ * resolves as `send` does.
  */
-export type GrantCounter = (grant: GrantType, send: () => Promise<TokenSet>) => Promise<TokenSet>
+export type GrantCounter = (grant: GrantType, send: (trace: GrantTrace) => Promise<TokenSet>) => Promise<TokenSet>
 
 /**
  * How a credential's tokens are obtained: its own grant (password or

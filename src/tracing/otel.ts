@@ -1,4 +1,4 @@
-import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type HrTime, type Span, type Tracer } from '@opentelemetry/api'
+import { propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type ContextManager, type HrTime, type Span, type Tracer } from '@opentelemetry/api'
 import { NodeSDK } from '@opentelemetry/sdk-node'
 import type { SpanProcessor } from '@opentelemetry/sdk-trace-base'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
@@ -21,6 +21,10 @@ export function startOtel (options: OtelOptions = {}): Tracing {
     ...(options.serviceName !== undefined && { serviceName: options.serviceName }),
     ...(options.spanProcessors !== undefined && { spanProcessors: options.spanProcessors }),
     instrumentations: [],
+    // None: every span's parent is given explicitly, and the default one's
+    // AsyncLocalStorage turns on async hooks, which slow every request of
+    // the process on Node 20 and 22 (null is the SDK's "register none").
+    contextManager: null as unknown as ContextManager,
     metricReaders: [],
     logRecordProcessors: []
   })
@@ -66,9 +70,9 @@ class OtelTracing implements Tracing {
       attributes: { 'auth_sidecar.route': route, 'auth_sidecar.grant_type': grantType }
     })
     this.#grants.set(credential, span)
-    const within = trace.setSpan(ROOT_CONTEXT, span)
+    const tracer = this.#tracer
     return {
-      run: async (send) => await context.with(within, send),
+      traced: (fetch) => tracedFetch(tracer, span, fetch),
       end: (outcome, oauthError) => {
         span.setAttribute('auth_sidecar.outcome', outcome)
         if (oauthError !== undefined) span.setAttribute('auth_sidecar.oauth_error', oauthError)
@@ -76,34 +80,6 @@ class OtelTracing implements Tracing {
         span.end()
       }
     }
-  }
-
-  authFetch<F extends Fetch>(fetch: F): F {
-    const tracer = this.#tracer
-    const traced: Fetch = async (url, init) => {
-      const active = context.active()
-      // only what a grant sends: a session ended on shutdown belongs to no trace
-      if (trace.getSpan(active) === undefined) return await fetch(url, init)
-      const span = tracer.startSpan(init.method, { kind: SpanKind.CLIENT, attributes: clientAttributes(init.method, new URL(url), 0) }, active)
-      const headers = { ...init.headers }
-      propagation.inject(trace.setSpan(active, span), headers)
-      try {
-        const res = await fetch(url, { ...init, headers })
-        span.setAttribute('http.response.status_code', res.status)
-        if (res.status >= 400) {
-          span.setAttribute('error.type', String(res.status))
-          span.setStatus({ code: SpanStatusCode.ERROR })
-        }
-        return res
-      } catch (err) {
-        span.setAttribute('error.type', errorType(err))
-        span.setStatus({ code: SpanStatusCode.ERROR })
-        throw err
-      } finally {
-        span.end()
-      }
-    }
-    return traced as F
   }
 
   grantIds (credential: object): TraceIds | undefined {
@@ -148,7 +124,7 @@ class ServerSpan implements RequestTrace {
   }
 
   upstream (method: string, url: URLParts, resendCount: number): UpstreamSpan {
-    const span = this.#tracer.startSpan(method, { kind: SpanKind.CLIENT, attributes: clientAttributes(method, new URL(url.origin + url.path), resendCount) }, trace.setSpan(ROOT_CONTEXT, this.#span))
+    const span = this.#tracer.startSpan(method, { kind: SpanKind.CLIENT, attributes: clientAttributes(method, url.origin, url.path, resendCount) }, trace.setSpan(ROOT_CONTEXT, this.#span))
     const headers: Record<string, string> = {}
     propagation.inject(trace.setSpan(ROOT_CONTEXT, span), headers)
     let ended = false
@@ -189,17 +165,54 @@ class ServerSpan implements RequestTrace {
   }
 }
 
-/** The stable HTTP client attributes of a request to `url`; its query is never among them. */
-function clientAttributes (method: string, url: URL, resendCount: number): Attributes {
+/** `fetch` with a CLIENT span for each request, a child of the grant's span, its traceparent sent. */
+function tracedFetch<F extends Fetch> (tracer: Tracer, grant: Span, fetch: F): F {
+  const parent = trace.setSpan(ROOT_CONTEXT, grant)
+  const traced: Fetch = async (url, init) => {
+    const { origin, pathname } = new URL(url)
+    const span = tracer.startSpan(init.method, { kind: SpanKind.CLIENT, attributes: clientAttributes(init.method, origin, pathname, 0) }, parent)
+    const headers = { ...init.headers }
+    propagation.inject(trace.setSpan(parent, span), headers)
+    try {
+      const res = await fetch(url, { ...init, headers })
+      span.setAttribute('http.response.status_code', res.status)
+      if (res.status >= 400) {
+        span.setAttribute('error.type', String(res.status))
+        span.setStatus({ code: SpanStatusCode.ERROR })
+      }
+      return res
+    } catch (err) {
+      span.setAttribute('error.type', errorType(err))
+      span.setStatus({ code: SpanStatusCode.ERROR })
+      throw err
+    } finally {
+      span.end()
+    }
+  }
+  return traced as F
+}
+
+/** The stable HTTP client attributes of a request to `origin` and `path` (never a query). */
+function clientAttributes (method: string, origin: string, path: string, resendCount: number): Attributes {
+  const attributes: Attributes = { 'http.request.method': method, ...serverAttributes(origin), 'url.path': path }
+  if (resendCount > 0) attributes['http.request.resend_count'] = resendCount
+  return attributes
+}
+
+/** The origins' attributes, parsed once each: a route has one upstream, so a handful. */
+const origins = new Map<string, Attributes>()
+
+function serverAttributes (origin: string): Attributes {
+  const known = origins.get(origin)
+  if (known !== undefined) return known
+  const url = new URL(origin)
   const scheme = url.protocol.slice(0, -1)
-  const attributes: Attributes = {
-    'http.request.method': method,
+  const attributes = {
     'server.address': url.hostname,
     'server.port': url.port === '' ? (scheme === 'https' ? 443 : 80) : Number(url.port),
-    'url.scheme': scheme,
-    'url.path': url.pathname
+    'url.scheme': scheme
   }
-  if (resendCount > 0) attributes['http.request.resend_count'] = resendCount
+  if (origins.size < 64) origins.set(origin, attributes)
   return attributes
 }
 

@@ -41,10 +41,14 @@ export interface UpstreamSpan {
   end(status: number | undefined, errorType?: string): void
 }
 
+/** What a grant's requests to the auth server are traced by: the grant's span, handed down to them. */
+export interface GrantTrace {
+  /** `fetch` with a CLIENT span for each request, a child of the grant's, whose traceparent it sends. */
+  traced<F extends Fetch>(fetch: F): F
+}
+
 /** One grant's INTERNAL span. */
-export interface GrantSpan {
-  /** Runs the grant with the span as the current one, so that its token-endpoint request is a child of it. */
-  run<T>(send: () => Promise<T>): Promise<T>
+export interface GrantSpan extends GrantTrace {
   /** `outcome`: success, rejected or error; `oauthError`: the auth server's `error` code, for a refusal. */
   end(outcome: string, oauthError?: string): void
 }
@@ -62,8 +66,6 @@ export interface Tracing {
   instrumentRoute(app: FastifyInstance, route: string): void
   /** An INTERNAL span for one grant of `credential` (the key the requests waiting for it link by). */
   grant(credential: object, route: string, grantType: string): GrantSpan
-  /** The auth server's HTTP client, with a CLIENT span for each request sent within a grant. */
-  authFetch<F extends Fetch>(fetch: F): F
   /** The ids of `credential`'s latest grant, for its token log lines. */
   grantIds(credential: object): TraceIds | undefined
   /** Sends the spans still held, and stops. */
@@ -77,8 +79,9 @@ declare module 'fastify' {
   }
 }
 
-const NO_GRANT_SPAN: GrantSpan = {
-  async run (send) { return await send() },
+/** A grant traced by nothing. */
+export const NO_GRANT_SPAN: GrantSpan = {
+  traced (fetch) { return fetch },
   end () {}
 }
 
@@ -87,7 +90,6 @@ export const NO_TRACING: Tracing = {
   on: false,
   instrumentRoute () {},
   grant () { return NO_GRANT_SPAN },
-  authFetch (fetch) { return fetch },
   grantIds () { return undefined },
   async shutdown () {}
 }
