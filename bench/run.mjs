@@ -37,6 +37,9 @@
 // connection (CONNECT, TLS) and to PROXY_PORT, in rounds of their own, over
 // kept-alive connections and over a new connection per request; and the
 // idle RSS of sidecars with the forward proxy on and off.
+// The tracing part runs sidecars with tracing off, on with one request in
+// ten sampled and always on, exporting to a local OTLP/HTTP sink, in rounds
+// of their own.
 //
 // CPU pinning: where `taskset` exists and there are two or more cores, every
 // proxy runs on core 1 alone, and the load generator and the upstream on
@@ -65,8 +68,8 @@ const GRANT_SECONDS = env('BENCH_GRANT_SECONDS', 20)
 const STARTS = env('BENCH_STARTS', 5)
 /** Idle RSS is read this long after the first request (V8's memory reducer has run by then), in the load part and for the first start. */
 const SETTLE_SECONDS = env('BENCH_SETTLE_SECONDS', 15)
-/** BENCH_ONLY=startup (or load, stream, grants, proofs, routes, tls, forward, comma-separated) runs only those parts. */
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'load,stream,grants,startup,proofs,routes,tls,forward').split(','))
+/** BENCH_ONLY=startup (or load, stream, grants, proofs, routes, tls, forward, tracing, comma-separated) runs only those parts. */
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'load,stream,grants,startup,proofs,routes,tls,forward,tracing').split(','))
 const DPOP = process.env.BENCH_DPOP ?? 'ES256'
 // The sidecar runs as the image starts it, with the Node options of the
 // Dockerfile's ENTRYPOINT; BENCH_NODE_FLAGS replaces them ('' for none).
@@ -553,6 +556,60 @@ async function main () {
     console.error(`forward: CPU per request forward / reverse ${forward.forwardToReverse.toFixed(2)} (round by round ${forward.forwardToReverseByRound.min.toFixed(2)}–${forward.forwardToReverseByRound.max.toFixed(2)}; target ≤ ${forward.targets.forwardToReverse}); a new connection ${c['forward, full TLS handshake'].us.toFixed(0)} µs (full TLS handshake), ${c['forward, TLS session resumed'].us.toFixed(0)} µs (resumed), reverse ${c['reverse, TCP'].us.toFixed(0)} µs; idle RSS on ${median(idleRss['forward on']).toFixed(0)} MB, off ${median(idleRss['forward off']).toFixed(0)} MB (${forward.idleRssOnMinusOffMb >= 0 ? '+' : ''}${forward.idleRssOnMinusOffMb.toFixed(1)} MB; target ≤ ${forward.targets.idleRssOnMinusOffMb})`)
   }
 
+  // Tracing: the same sidecars with tracing off, on with one request in ten
+  // sampled (parentbased_traceidratio 0.1), and always on, exporting over
+  // OTLP/HTTP (protobuf, the default) to bench/otlp-sink.mjs on core 0, in
+  // rounds of their own. The load sends no traceparent, so the ratio decides
+  // at the sidecar; the sink counts the spans each variant really exported.
+  let tracing = null
+  if (ONLY.has('tracing')) {
+    const ways = {
+      'tracing off': undefined,
+      'tracing on, 1 in 10 sampled': ['parentbased_traceidratio', '0.1'],
+      'tracing on, always on': ['parentbased_always_on', '']
+    }
+    const started = await Promise.all(Object.entries(ways).map(async ([variant, sampler]) => {
+      const sink = sampler === undefined ? undefined : await launch(0, process.execPath, ['bench/otlp-sink.mjs'], {}, true)
+      const otel = sink === undefined
+        ? {}
+        : { OTEL_TRACES_EXPORTER: 'otlp', OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `${sink.info.url}/v1/traces`, OTEL_TRACES_SAMPLER: sampler[0], OTEL_TRACES_SAMPLER_ARG: sampler[1] }
+      return { variant, sink, sidecars: await times(PROCS, () => startSidecar(upstream.info.port, tokenServer, 1, 'dist/main.js', otel)) }
+    }))
+    for (const { sidecars } of started) for (const d of sidecars) await untilOk(`http://127.0.0.1:${d.port}/`)
+    const set = started.flatMap(({ variant, sidecars }, v) => sidecars.map((d, i) => ({ variant, name: `tracing${v}#${i + 1}`, url: `http://127.0.0.1:${d.port}`, pid: d.child.pid })))
+    for (const t of set) await load(t.url, { duration: 2 })
+    // the warm-up's last batches leave within the exporter's schedule delay (5 s)
+    await sleep(6000)
+    const spansOf = (sink) => new Promise((resolve) => { sink.child.once('message', resolve); sink.child.send('spans') })
+    const before = await Promise.all(started.map(({ sink }) => sink === undefined ? undefined : spansOf(sink)))
+    const tracingRuns = Object.fromEntries(set.map((t) => [t.name, []]))
+    await inRounds(set, tracingRuns, 'tracing round')
+    await sleep(6000)
+    const after = await Promise.all(started.map(({ sink }) => sink === undefined ? undefined : spansOf(sink)))
+    const tracingSummary = summarize(set, tracingRuns)
+    const requestsOf = (variant) => set.filter((t) => t.variant === variant).reduce((n, t) => n + tracingRuns[t.name].reduce((m, r) => m + r.requests, 0), 0)
+    const spansPerRequest = Object.fromEntries(started.flatMap(({ variant, sink }, v) => sink === undefined ? [] : [[variant, (after[v].spans - before[v].spans) / requestsOf(variant)]]))
+    for (const { sink, sidecars } of started) {
+      for (const d of sidecars) d.child.kill('SIGKILL')
+      sink?.child.kill('SIGKILL')
+    }
+    const against = (variant) => ({
+      ratio: tracingSummary[variant].cpuUsPerRequest / tracingSummary['tracing off'].cpuUsPerRequest,
+      spread: spreadOf(tracingSummary, variant, 'tracing off'),
+      byRound: byRoundOf(set, tracingRuns, variant, 'tracing off')
+    })
+    tracing = {
+      summary: tracingSummary,
+      toOff: { 'tracing on, 1 in 10 sampled': against('tracing on, 1 in 10 sampled'), 'tracing on, always on': against('tracing on, always on') },
+      spansPerRequest,
+      // the issue's target, for one request in ten sampled
+      targets: { sampledToOff: 1.15 },
+      runs: tracingRuns
+    }
+    const x = tracing.toOff
+    console.error(`tracing: CPU per request / off: 1 in 10 sampled ${x['tracing on, 1 in 10 sampled'].ratio.toFixed(2)} (target ≤ ${tracing.targets.sampledToOff}), always on ${x['tracing on, always on'].ratio.toFixed(2)}; spans exported per request ${Object.values(spansPerRequest).map((n) => n.toFixed(2)).join(' and ')}`)
+  }
+
   // Grants and start-up are measured with no other Node proxy on core 1:
   // the others' timers and renewals would be counted in or slow them down.
   for (const t of targets) if (t.variant === 'auth-sidecar' && t !== firstOf('auth-sidecar')) process.kill(t.pid, 'SIGKILL')
@@ -635,6 +692,7 @@ async function main () {
     routes,
     tls,
     forward,
+    tracing,
     proofs: ONLY.has('proofs') ? proofCost() : null,
     runs
   }
@@ -794,6 +852,12 @@ function table (r) {
     lines.push('', `| idle RSS, ${r.settings.SETTLE_SECONDS} s after one request | median MB | each process |`, '|---|---|---|')
     for (const [kind, v] of Object.entries(x.idleRssMb)) lines.push(`| ${kind} | ${f(median(v))} | ${v.map((z) => f(z)).join(' / ')} |`)
     lines.push('', `Forward proxy on less off: ${f(x.idleRssOnMinusOffMb, 1)} MB (target ≤ ${x.targets.idleRssOnMinusOffMb} MB).`)
+  }
+  if (r.tracing) {
+    const x = r.tracing
+    lines.push('', '| tracing, exporting over OTLP/HTTP, rounds of their own | req/s | p50 ms | p99 ms | proxy CPU µs/req | each process\'s median | spans exported per request | non-2xx |', '|---|---|---|---|---|---|---|---|')
+    for (const [name, y] of Object.entries(x.summary)) lines.push(`| ${name} | ${f(y.rps)} | ${f(y.p50, 1)} | ${f(y.p99, 1)} | ${f(y.cpuUsPerRequest, 1)} | ${y.cpuUsPerRequestByProcess.map((z) => f(z, 1)).join(' / ')} | ${name in x.spansPerRequest ? f(x.spansPerRequest[name], 2) : '0'} | ${y.non2xx} |`)
+    for (const [name, y] of Object.entries(x.toOff)) lines.push('', `${name[0].toUpperCase()}${name.slice(1)}, CPU per request / tracing off: ${f(y.ratio, 2)}${range(y.spread)}; round by round median ${f(y.byRound?.median, 2)}, ${f(y.byRound?.min, 2)}–${f(y.byRound?.max, 2)}${name === 'tracing on, 1 in 10 sampled' ? ` (target ≤ ${x.targets.sampledToOff})` : ''}.`)
   }
   if (r.proofs) {
     lines.push('', `| one DPoP proof (${r.proofs.count} per turn, ${r.proofs.turns} turns in alternation) | CPU µs per proof, median | range of the turns |`, '|---|---|---|')
