@@ -235,7 +235,8 @@ export class ForwardProxy {
       this.#o.listener.events.emit('response', entry)
     }
     const refuse = (code: ErrorCode, destination?: Destination, route = UNROUTED): void => {
-      answerOnSocket(socket, code, ERRORS[code].status, requestId, code === 'overloaded' || code === 'certificate_unavailable' ? 1 : undefined)
+      // a 503 (overloaded, no certificate yet) passes: the client may try again in a second
+      answerOnSocket(socket, code, ERRORS[code].status, requestId, ERRORS[code].status === 503 ? 1 : undefined)
       if (code === 'destination_not_allowed') this.#o.listener.events.emit('forward_connection', 'refused')
       line(ERRORS[code].status, route, destination)
     }

@@ -154,9 +154,9 @@ export class OAuthClient {
   /**
    * The configured grant (password or client_credentials), with the
    * credentials as they are now. `trace`: the grant's, whose span its
-   * request is a child of (none: untraced).
+   * request is a child of.
    */
-  async primaryGrant (trace?: GrantTrace): Promise<TokenSet> {
+  async primaryGrant (trace: GrantTrace): Promise<TokenSet> {
     if (this.grantType === 'client_credentials') return await this.#send('client_credentials', () => [], this.#o.extras, trace)
     return await this.#send('password', (creds) => {
       this.#o.secrets.add(creds.password)
@@ -165,7 +165,7 @@ export class OAuthClient {
   }
 
   /** The refresh grant. */
-  async refreshGrant (refreshToken: string, trace?: GrantTrace): Promise<TokenSet> {
+  async refreshGrant (refreshToken: string, trace: GrantTrace): Promise<TokenSet> {
     return await this.#send('refresh_token', () => [['refresh_token', refreshToken]], this.#o.extras, trace)
   }
 
@@ -174,7 +174,7 @@ export class OAuthClient {
    * client's, for one for `audience`: its own fields and the client's
    * authentication only (AUTH_SCOPE and AUTH_TOKEN_PARAMS are the grants').
    */
-  async exchange (subjectToken: string, audience: string, scope: string | undefined, trace?: GrantTrace): Promise<TokenSet> {
+  async exchange (subjectToken: string, audience: string, scope: string | undefined, trace: GrantTrace): Promise<TokenSet> {
     const set = await this.#send(TOKEN_EXCHANGE, () => [
       ['subject_token', subjectToken],
       ['subject_token_type', ACCESS_TOKEN_TYPE],
@@ -196,7 +196,7 @@ export class OAuthClient {
   }
 
   /** One grant, its fields made from the credentials as they are now. */
-  async #send (grant: string, own: (creds: SecretValues) => Fields, extras: GrantExtras, trace: GrantTrace | undefined): Promise<TokenSet> {
+  async #send (grant: string, own: (creds: SecretValues) => Fields, extras: GrantExtras, trace: GrantTrace): Promise<TokenSet> {
     const creds = await this.#o.credentials.read()
     this.#o.secrets.add(creds.clientSecret)
     const fields = grantFields(grant, own(creds), extras)
@@ -233,7 +233,7 @@ export class OAuthClient {
    * proof then carrying the nonce the server sent (oauth4webapi's DPoP
    * handle keeps it); never a loop.
    */
-  async #post (grant: string, url: string, fields: Fields, creds: SecretValues, trace: GrantTrace | undefined): Promise<TokenSet> {
+  async #post (grant: string, url: string, fields: Fields, creds: SecretValues, trace: GrantTrace): Promise<TokenSet> {
     const as = this.#metadata(url)
     for (let attempt = 0; ; attempt++) {
       const auth = await this.#o.client.forRequest(creds, url)

@@ -199,7 +199,11 @@ function clientAttributes (method: string, origin: string, path: string, resendC
   return attributes
 }
 
-/** The origins' attributes, parsed once each: a route has one upstream, so a handful. */
+/**
+ * The origins' attributes, parsed once each: the routes' upstreams and the
+ * token endpoints, all from configuration or discovery, so a handful; the
+ * cap keeps it small whatever a discovery document names.
+ */
 const origins = new Map<string, Attributes>()
 
 function serverAttributes (origin: string): Attributes {

@@ -21,14 +21,12 @@ const CA_DIR = '/var/run/secrets/auth-sidecar-forward-ca'
 const BUNDLE = '/etc/auth-sidecar-forward-ca/ca.crt'
 const DEFAULT_NO_PROXY = 'localhost,127.0.0.1,::1,.svc,.svc.cluster.local,.cluster.local,169.254.169.254'
 
-
 /** The render's error output; the render must fail. */
 function refused (t: Test, set: string[], json: string[] = []): string {
   const result = spawnSync(helm, helmArgs(set, json), { encoding: 'utf8' })
   t.not(result.status, 0, `--set ${[...set, ...json].join(' ')}: refused`)
   return result.stderr
 }
-
 
 function pod (objects: K8sObject[]): { spec: any, sidecar: Container, app: Container } {
   const spec = objects.find((o) => o.kind === 'Deployment')!.spec.template.spec

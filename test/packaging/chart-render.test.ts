@@ -24,7 +24,6 @@ const PROJECTED = [
   'credentials.projectedToken.enabled=true', 'credentials.projectedToken.audience=https://sso.example/realms/r'
 ]
 
-
 helmTest('rendered with Helm, every object satisfies the Kubernetes schemas and the Prometheus operator\'s', async (t) => {
   const variants = [
     [],

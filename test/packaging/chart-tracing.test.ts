@@ -21,8 +21,6 @@ const ON = ['tracing.enabled=true']
 const COLLECTOR = 'http://otel-collector.observability:4318'
 const ZIPKIN = 'http://zipkin.observability:9411/api/v2/spans'
 
-
-
 function containers (spec: any): Container[] {
   return [...(spec.initContainers ?? []), ...spec.containers]
 }

@@ -6,6 +6,7 @@ import { checkDiscovery } from '../../src/token/discovery.js'
 import { answerOf, GrantError, type GrantExtras } from '../../src/token/grant.js'
 import { OAuthClient } from '../../src/token/oauth-client.js'
 import { keycloakEndpointUrl } from '../../src/token/session.js'
+import { NO_GRANT_SPAN } from '../../src/tracing/tracing.js'
 import { captureLogger } from '../helpers/log.js'
 import { ScriptedEndpoint, tokenAnswer } from '../helpers/scripted-endpoint.js'
 
@@ -35,22 +36,22 @@ function client (options: { clientAuth?: 'client_secret_post' | 'client_secret_b
 
 t.test('grant forms: the grant type, its fields, then the scope and AUTH_TOKEN_PARAMS; client_secret_post puts the client in the form', async (t) => {
   const { server, fields, endpoint } = client()
-  await server.primaryGrant()
+  await server.primaryGrant(NO_GRANT_SPAN)
   t.same(fields(0), [
     ['grant_type', 'password'], ['username', 'svc'], ['password', 'pw'], ['scope', 'openid'], ['audience', 'api'], ['resource', 'https://a'],
     ['client_id', 'legacy-app'], ['client_secret', 's3cret']
   ])
-  await server.refreshGrant('r1')
+  await server.refreshGrant('r1', NO_GRANT_SPAN)
   t.same(fields(1).slice(0, 2), [['grant_type', 'refresh_token'], ['refresh_token', 'r1']])
   t.equal(endpoint.calls[0]!.headers.authorization, undefined)
   const cc = client({ grantType: 'client_credentials' })
-  await cc.server.primaryGrant()
+  await cc.server.primaryGrant(NO_GRANT_SPAN)
   t.same(cc.fields(0), [['grant_type', 'client_credentials'], ['scope', 'openid'], ['audience', 'api'], ['resource', 'https://a'], ['client_id', 'legacy-app'], ['client_secret', 's3cret']])
 })
 
 t.test('client_secret_basic: RFC 6749 2.3.1, each part form-urlencoded before Base64, nothing of the client in the form', async (t) => {
   const { server, fields, endpoint } = client({ clientAuth: 'client_secret_basic', clientId: 'my app:1', secret: 'a:b+c%/ é', grantType: 'client_credentials' })
-  await server.primaryGrant()
+  await server.primaryGrant(NO_GRANT_SPAN)
   t.notOk(fields(0).some(([n]) => n === 'client_id' || n === 'client_secret'))
   const decoded = Buffer.from(endpoint.calls[0]!.headers.authorization!.slice('Basic '.length), 'base64').toString('utf8')
   t.equal(decoded, 'my+app%3A1:a%3Ab%2Bc%25%2F+%C3%A9', 'the colon separating them is the only raw one')
@@ -68,9 +69,9 @@ t.test('end-session and revocation requests carry the client and the token, not 
 t.test('a token answer is checked field by field; a token_type of DPoP is not used as a bearer token', async (t) => {
   const { server, endpoint } = client()
   endpoint.queue.push(tokenAnswer())
-  t.equal((await server.primaryGrant()).tokenType, 'Bearer')
+  t.equal((await server.primaryGrant(NO_GRANT_SPAN)).tokenType, 'Bearer')
   endpoint.queue.push({ status: 200, body: JSON.stringify({ access_token: 'abc', token_type: 'DPoP', expires_in: 300 }) })
-  const err = await server.primaryGrant().catch((e: unknown) => e) as GrantError
+  const err = await server.primaryGrant(NO_GRANT_SPAN).catch((e: unknown) => e) as GrantError
   t.equal(err.kind, 'unusable')
   t.match(err.message, /a DPoP-bound token, which only works with its proof: set AUTH_DPOP=true/)
 })
