@@ -1,6 +1,9 @@
 import { execFileSync } from 'node:child_process'
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import t, { type Test } from 'tap'
-import { parseAllDocuments } from 'yaml'
+import { parse, parseAllDocuments } from 'yaml'
 import { root } from './process.js'
 
 /**
@@ -52,4 +55,27 @@ export async function validate (t: Test, object: K8sObject): Promise<void> {
   const Model = models[object.kind]
   t.ok(Model, `${object.kind} is a ${object.apiVersion} kind`)
   t.doesNotThrow(() => new Model!(object).validate(), `${object.kind} ${object.metadata.name} is valid`)
+}
+
+/**
+ * Another chart with this one as its dependency, as the chart's README
+ * shows: `authSidecar` (this chart's `sidecar` values, with a route) and
+ * `values` in its values, `podTemplate` its templates/pod.yaml. Returns
+ * with the pod Helm renders from it.
+ */
+export function renderParentPod (t: Test, values: Record<string, unknown>, podTemplate: string): K8sObject[] {
+  const parent = mkdtempSync(join(tmpdir(), 'auth-sidecar-parent-'))
+  t.teardown(() => rmSync(parent, { recursive: true, force: true }))
+  mkdirSync(join(parent, 'templates'))
+  mkdirSync(join(parent, 'charts'))
+  execFileSync('cp', ['-r', chart, join(parent, 'charts', 'auth-sidecar')])
+  writeFileSync(join(parent, 'Chart.yaml'), 'apiVersion: v2\nname: legacy\nversion: 1.0.0\n')
+  const sidecarValues = parse(readFileSync(`${chart}/values.yaml`, 'utf8')).sidecar
+  writeFileSync(join(parent, 'values.yaml'), JSON.stringify({
+    authSidecar: { ...sidecarValues, env: { ...sidecarValues.env, BASE_URL: 'https://api.example.com', AUTH_URL: 'https://sso.example.com', AUTH_CLIENT_ID: 'legacy-app' } },
+    'auth-sidecar': parse(readFileSync(`${chart}/ci/test-values.yaml`, 'utf8')),
+    ...values
+  }))
+  writeFileSync(join(parent, 'templates', 'pod.yaml'), podTemplate)
+  return parseManifests(execFileSync(helm, ['template', 't', parent, '-s', 'templates/pod.yaml'], { encoding: 'utf8' }))
 }

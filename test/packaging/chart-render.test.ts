@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import t, { type Test } from 'tap'
 import { parse } from 'yaml'
-import { chart, helm, helmArgs, helmMissing, helmTest, parseManifests, render, validate } from '../helpers/helm.js'
+import { chart, helm, helmArgs, helmMissing, helmTest, parseManifests, render, renderParentPod, validate } from '../helpers/helm.js'
 import { main, root } from '../helpers/process.js'
 
 /**
@@ -188,20 +188,8 @@ helmTest('the README\'s snippet for adding the sidecar to another chart renders 
   const readme = readFileSync(`${chart}/README.md`, 'utf8')
   const snippet = /## Adding the sidecar to your own chart[\s\S]*?```yaml\n([\s\S]*?)```/.exec(readme)?.[1]
   t.ok(snippet, 'the README has the snippet')
-  const parent = mkdtempSync(join(tmpdir(), 'auth-sidecar-parent-'))
-  t.teardown(() => rmSync(parent, { recursive: true, force: true }))
-  mkdirSync(join(parent, 'templates'))
-  mkdirSync(join(parent, 'charts'))
-  execFileSync('cp', ['-r', chart, join(parent, 'charts', 'auth-sidecar')])
-  writeFileSync(join(parent, 'Chart.yaml'), 'apiVersion: v2\nname: legacy\nversion: 1.0.0\n')
-  const sidecarValues = parse(readFileSync(`${chart}/values.yaml`, 'utf8')).sidecar
-  writeFileSync(join(parent, 'values.yaml'), JSON.stringify({
-    authSidecar: { ...sidecarValues, env: { ...sidecarValues.env, BASE_URL: 'https://api.example.com', AUTH_URL: 'https://sso.example.com', AUTH_CLIENT_ID: 'legacy-app' } },
-    'auth-sidecar': parse(readFileSync(`${chart}/ci/test-values.yaml`, 'utf8'))
-  }))
   const indented = snippet!.split('\n').map((l) => `  ${l}`).join('\n')
-  writeFileSync(join(parent, 'templates', 'pod.yaml'), `apiVersion: v1\nkind: Pod\nmetadata:\n  name: legacy\nspec:\n  containers:\n    - name: app\n      image: legacy:1\n${indented}\n`)
-  const objects = parseManifests(execFileSync(helm, ['template', 't', parent, '-s', 'templates/pod.yaml'], { encoding: 'utf8' }))
+  const objects = renderParentPod(t, {}, `apiVersion: v1\nkind: Pod\nmetadata:\n  name: legacy\nspec:\n  containers:\n    - name: app\n      image: legacy:1\n${indented}\n`)
   t.equal(objects.length, 1)
   await validate(t, objects[0]!)
   const pod = objects[0]!.spec

@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import { Ajv } from 'ajv'
 import t from 'tap'
 import { parse } from 'yaml'
-import { chart, helm, helmArgs, helmTest, parseManifests, render, validate, type K8sObject } from '../helpers/helm.js'
+import { chart, helm, helmArgs, helmTest, render, renderParentPod, validate, type K8sObject } from '../helpers/helm.js'
 import { root } from '../helpers/process.js'
 
 /**
@@ -134,19 +134,9 @@ helmTest('resource attributes reach the SDK as written, the pod\'s own first, an
 })
 
 helmTest('a chart that adds the sidecar with the named templates gets the same variables', async (t) => {
-  const parent = mkdtempSync(join(tmpdir(), 'auth-sidecar-parent-tracing-'))
-  t.teardown(() => rmSync(parent, { recursive: true, force: true }))
-  mkdirSync(join(parent, 'templates'))
-  mkdirSync(join(parent, 'charts'))
-  execFileSync('cp', ['-r', chart, join(parent, 'charts', 'auth-sidecar')])
-  writeFileSync(join(parent, 'Chart.yaml'), 'apiVersion: v2\nname: legacy\nversion: 1.0.0\n')
-  const sidecarValues = parse(readFileSync(`${chart}/values.yaml`, 'utf8')).sidecar
-  writeFileSync(join(parent, 'values.yaml'), JSON.stringify({
-    authSidecar: { ...sidecarValues, env: { ...sidecarValues.env, BASE_URL: 'https://api.example.com', AUTH_URL: 'https://sso.example.com', AUTH_CLIENT_ID: 'legacy-app' } },
-    authSidecarTracing: { enabled: true, exporter: 'otlp', endpoint: COLLECTOR, sampler: 'parentbased_traceidratio', samplerArg: '0.25', serviceName: '', resourceAttributes: { team: 'billing' } },
-    'auth-sidecar': parse(readFileSync(`${chart}/ci/test-values.yaml`, 'utf8'))
-  }))
-  writeFileSync(join(parent, 'templates', 'pod.yaml'), `apiVersion: v1
+  const objects = renderParentPod(t, {
+    authSidecarTracing: { enabled: true, exporter: 'otlp', endpoint: COLLECTOR, sampler: 'parentbased_traceidratio', samplerArg: '0.25', serviceName: '', resourceAttributes: { team: 'billing' } }
+  }, `apiVersion: v1
 kind: Pod
 metadata:
   name: legacy
@@ -161,7 +151,6 @@ spec:
   volumes:
     {{- include "auth-sidecar.volume" (dict "secretName" "my-credentials") | nindent 4 }}
 `)
-  const objects = parseManifests(execFileSync(helm, ['template', 't', parent, '-s', 'templates/pod.yaml'], { encoding: 'utf8' }))
   t.equal(objects.length, 1)
   await validate(t, objects[0]!)
   const sidecar = containers(objects[0]!.spec).find((c) => c.name === 'auth-sidecar')!
