@@ -3,7 +3,9 @@
 // one file. dist/dev/ holds the demo and the development token server, which
 // are never shipped. `--if-possible` (used by `prepare`) skips quietly when
 // esbuild is not installed, as in a production install with `--omit=dev`.
-import { existsSync, rmSync } from 'node:fs'
+import { existsSync, readFileSync, rmSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { dirname, join } from 'node:path'
 
 const ifPossible = process.argv.includes('--if-possible')
 let esbuild
@@ -39,8 +41,29 @@ const common = {
   // The CommonJS dependencies call require(): an ES module has none of its own.
   banner: { js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);" }
 }
+// The OpenTelemetry packages without an `exports` map are bundled from their
+// ES module builds (`module`), as those with one already are: linked through
+// their CommonJS builds instead, every use of an export on a traced request
+// went through an interop getter.
+const openTelemetryModules = {
+  name: 'opentelemetry-modules',
+  setup (build) {
+    build.onResolve({ filter: /^@opentelemetry\/[^/]+$/ }, ({ path, resolveDir }) => {
+      let manifestPath
+      try {
+        manifestPath = createRequire(join(resolveDir, 'index.js')).resolve(`${path}/package.json`)
+      } catch {
+        return undefined
+      }
+      const manifest = JSON.parse(readFileSync(manifestPath, 'utf8'))
+      if (typeof manifest.module !== 'string' || manifest.exports !== undefined) return undefined
+      return { path: join(dirname(manifestPath), manifest.module) }
+    })
+  }
+}
+
 // What is imported only when a setting turns it on (the forward proxy and its
 // certificate library, the OpenTelemetry SDK) goes to dist/chunks/, read only
 // then: held in main.js it cost every sidecar its source in memory, some MB.
-await esbuild.build({ ...common, entryPoints: { main: 'src/main.ts' }, splitting: true, chunkNames: 'chunks/[name]-[hash]' })
+await esbuild.build({ ...common, entryPoints: { main: 'src/main.ts' }, splitting: true, chunkNames: 'chunks/[name]-[hash]', plugins: [openTelemetryModules] })
 await esbuild.build({ ...common, entryPoints: { 'dev/demo': 'dev/demo.ts', 'dev/token-server': 'dev/token-server-main.ts' } })
