@@ -102,6 +102,8 @@ class ServerSpan implements RequestTrace {
   /** the sidecar's own error, when it answered with one */
   #errorType: string | undefined
   #ended = false
+  /** the tries of a request whose span does not record: all send the same context */
+  #unrecordedTry: UpstreamSpan | undefined
 
   constructor (tracer: Tracer, grants: WeakMap<object, Span>, request: FastifyRequest, route: string) {
     this.#tracer = tracer
@@ -110,20 +112,24 @@ class ServerSpan implements RequestTrace {
     const method = raw.method ?? 'GET'
     const parent = propagation.extract(ROOT_CONTEXT, raw.headers)
     const local = raw.socket
+    // what a sampler may look at, given at the start (the HTTP conventions' list); the rest only to a span that records
     const attributes: Attributes = {
       'http.request.method': method,
       'url.path': pathOf(raw.url ?? '/'),
       'url.scheme': (local as { encrypted?: boolean }).encrypted === true ? 'https' : 'http',
-      'server.port': local.localPort ?? 0,
-      'network.peer.address': local.remoteAddress ?? '',
-      'auth_sidecar.route': route
+      'server.port': local.localPort ?? 0
     }
     // it began when the request arrived (the access log's clock), before the listener's hooks
-    this.#span = tracer.startSpan(method, { kind: SpanKind.SERVER, attributes, startTime: hrTimeOf(performance.timeOrigin + request.sidecarStarted) }, parent)
+    this.#span = tracer.startSpan(method, { kind: SpanKind.SERVER, attributes, startTime: hrTimeOf(TIME_ORIGIN + request.sidecarStarted) }, parent)
+    if (this.#span.isRecording()) this.#span.setAttributes({ 'network.peer.address': local.remoteAddress ?? '', 'auth_sidecar.route': route })
     this.ids = idsOf(this.#span)
   }
 
   upstream (method: string, url: URLParts, resendCount: number): UpstreamSpan {
+    // A request its trace does not sample records nothing: its tries carry the
+    // SERVER span's own context upstream rather than each starting a CLIENT
+    // span that no one would ever see.
+    if (!this.#span.isRecording()) return this.#unrecordedTry ??= unrecordedTry(this.#span)
     const span = this.#tracer.startSpan(method, { kind: SpanKind.CLIENT, attributes: clientAttributes(method, url.origin, url.path, resendCount) }, trace.setSpan(ROOT_CONTEXT, this.#span))
     const headers: Record<string, string> = {}
     propagation.inject(trace.setSpan(ROOT_CONTEXT, span), headers)
@@ -163,6 +169,13 @@ class ServerSpan implements RequestTrace {
     if (status >= 500) this.#span.setStatus({ code: SpanStatusCode.ERROR })
     this.#span.end()
   }
+}
+
+/** What the tries of an unrecorded request send: the SERVER span's context, unsampled. */
+function unrecordedTry (server: Span): UpstreamSpan {
+  const headers: Record<string, string> = {}
+  propagation.inject(trace.setSpan(ROOT_CONTEXT, server), headers)
+  return { headers, end () {} }
 }
 
 /** `fetch` with a CLIENT span for each request, a child of the grant's span, its traceparent sent. */
@@ -219,6 +232,9 @@ function serverAttributes (origin: string): Attributes {
   if (origins.size < 64) origins.set(origin, attributes)
   return attributes
 }
+
+/** performance.now()'s zero in epoch milliseconds: it never changes, so it is read once. */
+const TIME_ORIGIN = performance.timeOrigin
 
 /**
  * Epoch milliseconds as [seconds, nanoseconds], to the microsecond: the

@@ -65,6 +65,29 @@ t.test('a request: a SERVER span continuing the client\'s trace, a CLIENT span w
   assertNoSecrets(t, h, ['s3cr3t-query'])
 })
 
+t.test('a request its trace does not sample: no span, the trace goes upstream unsampled, a replay with it, the ids in the access line', async (t) => {
+  exporter.reset()
+  const h = await build(t, {}, {}, { tracing })
+  await until(() => h.app.credential.ready())
+  h.upstream.rejectTokens.add(h.app.credential.current()!.header)
+  // the client's trace is not sampled: the parent-based sampler follows it
+  const res = await send(`${h.proxyUrl}/quiet`, { headers: { traceparent: `00-${CLIENT_TRACE}-${CLIENT_SPAN}-00`, tracestate: 'app=2' } })
+  t.equal(res.status, 200)
+  const line = h.log.records().find((r) => r.msg === 'request' && r.path === '/quiet')!
+  t.equal(line.trace_id, CLIENT_TRACE, 'the access line names the client\'s trace')
+  t.match(line.span_id, /^[0-9a-f]{16}$/)
+  t.not(line.span_id, CLIENT_SPAN, 'and the sidecar\'s own span in it')
+  const tries = h.upstream.received.slice(-2)
+  t.equal(tries.length, 2, 'the 401 was replayed')
+  for (const received of tries) {
+    t.equal(received.headers.traceparent, `00-${CLIENT_TRACE}-${line.span_id}-00`, 'the upstream continues the trace, unsampled, under the sidecar\'s span')
+    t.equal(received.headers.tracestate, 'app=2')
+  }
+  // the renewal the 401 caused is a trace of its own, sampled: the request's are not
+  await until(() => spans().some((s) => s.attributes['auth_sidecar.grant_type'] === 'refresh_token'))
+  t.same(spans().filter((s) => s.spanContext().traceId === CLIENT_TRACE), [], 'nothing of the request\'s trace is recorded')
+})
+
 t.test('a 401 replayed: two CLIENT spans under one SERVER span, the second with http.request.resend_count 1', async (t) => {
   exporter.reset()
   const h = await build(t, {}, {}, { tracing })
