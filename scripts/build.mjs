@@ -42,9 +42,11 @@ const common = {
   banner: { js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);" }
 }
 // The OpenTelemetry packages without an `exports` map are bundled from their
-// ES module builds (`module`), as those with one already are: linked through
-// their CommonJS builds instead, every use of an export on a traced request
-// went through an interop getter.
+// ES module builds (`module`), as those with one already are: their CommonJS
+// builds would put every use of an export on a traced request behind an
+// interop getter. A package with an `exports` map or no `module` is left to
+// esbuild. `sideEffects` is passed on, as esbuild does not read it for a path
+// a plugin resolved.
 const openTelemetryModules = {
   name: 'opentelemetry-modules',
   setup (build) {
@@ -57,7 +59,7 @@ const openTelemetryModules = {
       }
       const manifest = JSON.parse(readFileSync(manifestPath, 'utf8'))
       if (typeof manifest.module !== 'string' || manifest.exports !== undefined) return undefined
-      return { path: join(dirname(manifestPath), manifest.module) }
+      return { path: join(dirname(manifestPath), manifest.module), sideEffects: manifest.sideEffects === false ? false : undefined }
     })
   }
 }

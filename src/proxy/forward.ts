@@ -44,7 +44,7 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
   #interim = 0
   /** the answer's body, once the upstream's final status came */
   #answer: UpstreamBody | undefined
-  /** the try's CLIENT span, when tracing is on; it ends with the answer's body */
+  /** the try's CLIENT span, when tracing is on (a no-op for an unsampled request); it ends with the answer's body */
   #span: UpstreamSpan | undefined
   /** the try's final status, once it came */
   #status: number | undefined

@@ -102,6 +102,8 @@ class ServerSpan implements RequestTrace {
   /** the sidecar's own error, when it answered with one */
   #errorType: string | undefined
   #ended = false
+  /** whether the span records, as sampled at its start (an ended span says false) */
+  readonly #records: boolean
   /** the tries of a request whose span does not record: all send the same context */
   #unrecordedTry: UpstreamSpan | undefined
 
@@ -121,7 +123,8 @@ class ServerSpan implements RequestTrace {
     }
     // it began when the request arrived (the access log's clock), before the listener's hooks
     this.#span = tracer.startSpan(method, { kind: SpanKind.SERVER, attributes, startTime: hrTimeOf(TIME_ORIGIN + request.sidecarStarted) }, parent)
-    if (this.#span.isRecording()) this.#span.setAttributes({ 'network.peer.address': local.remoteAddress ?? '', 'auth_sidecar.route': route })
+    this.#records = this.#span.isRecording()
+    if (this.#records) this.#span.setAttributes({ 'network.peer.address': local.remoteAddress ?? '', 'auth_sidecar.route': route })
     this.ids = idsOf(this.#span)
   }
 
@@ -129,7 +132,7 @@ class ServerSpan implements RequestTrace {
     // A request its trace does not sample records nothing: its tries carry the
     // SERVER span's own context upstream rather than each starting a CLIENT
     // span that no one would ever see.
-    if (!this.#span.isRecording()) return this.#unrecordedTry ??= unrecordedTry(this.#span)
+    if (!this.#records) return this.#unrecordedTry ??= unrecordedTry(this.#span)
     const span = this.#tracer.startSpan(method, { kind: SpanKind.CLIENT, attributes: clientAttributes(method, url.origin, url.path, resendCount) }, trace.setSpan(ROOT_CONTEXT, this.#span))
     const headers: Record<string, string> = {}
     propagation.inject(trace.setSpan(ROOT_CONTEXT, span), headers)

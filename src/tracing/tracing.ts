@@ -15,8 +15,10 @@ export interface RequestTrace {
   readonly ids: TraceIds
   /**
    * A CLIENT span for one try sent upstream (`resendCount` 0 for the
-   * first). Its `headers` go with the try, replacing the client's
-   * traceparent and tracestate, so that the upstream's spans are its children.
+   * first), when the request's trace is sampled; an unsampled request's
+   * tries share its SERVER span's context and record nothing. Its `headers`
+   * go with the try, replacing the client's traceparent and tracestate, so
+   * that the upstream's spans are its children.
    */
   upstream(method: string, url: URLParts, resendCount: number): UpstreamSpan
   /** The request waited for a token: a link to the grant that ended the wait. */
@@ -36,7 +38,7 @@ export interface URLParts {
 
 export interface UpstreamSpan {
   /** traceparent (and tracestate, when there is one) for the try's headers */
-  readonly headers: Record<string, string>
+  readonly headers: Readonly<Record<string, string>>
   /** The try is over: with the upstream's final status, or `errorType` (what failed) without one. */
   end(status: number | undefined, errorType?: string): void
 }

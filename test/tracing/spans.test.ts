@@ -73,6 +73,8 @@ t.test('a request its trace does not sample: no span, the trace goes upstream un
   // the client's trace is not sampled: the parent-based sampler follows it
   const res = await send(`${h.proxyUrl}/quiet`, { headers: { traceparent: `00-${CLIENT_TRACE}-${CLIENT_SPAN}-00`, tracestate: 'app=2' } })
   t.equal(res.status, 200)
+  // the access line is written when the SERVER span ends
+  await until(() => h.log.records().some((r) => r.msg === 'request' && r.path === '/quiet'))
   const line = h.log.records().find((r) => r.msg === 'request' && r.path === '/quiet')!
   t.equal(line.trace_id, CLIENT_TRACE, 'the access line names the client\'s trace')
   t.match(line.span_id, /^[0-9a-f]{16}$/)
