@@ -132,10 +132,9 @@ class ServerSpan implements RequestTrace {
     // A request its trace does not sample records nothing: its tries carry the
     // SERVER span's own context upstream rather than each starting a CLIENT
     // span that no one would ever see.
-    if (!this.#records) return this.#unrecordedTry ??= unrecordedTry(this.#span)
+    if (!this.#records) return this.#unrecordedTry ??= { headers: traceHeaders(this.#span), end () {} }
     const span = this.#tracer.startSpan(method, { kind: SpanKind.CLIENT, attributes: clientAttributes(method, url.origin, url.path, resendCount) }, trace.setSpan(ROOT_CONTEXT, this.#span))
-    const headers: Record<string, string> = {}
-    propagation.inject(trace.setSpan(ROOT_CONTEXT, span), headers)
+    const headers = traceHeaders(span)
     let ended = false
     return {
       headers,
@@ -174,11 +173,11 @@ class ServerSpan implements RequestTrace {
   }
 }
 
-/** What the tries of an unrecorded request send: the SERVER span's context, unsampled. */
-function unrecordedTry (server: Span): UpstreamSpan {
+/** The headers (traceparent, tracestate) that make `span` the parent of what a try causes upstream. */
+function traceHeaders (span: Span): Record<string, string> {
   const headers: Record<string, string> = {}
-  propagation.inject(trace.setSpan(ROOT_CONTEXT, server), headers)
-  return { headers, end () {} }
+  propagation.inject(trace.setSpan(ROOT_CONTEXT, span), headers)
+  return headers
 }
 
 /** `fetch` with a CLIENT span for each request, a child of the grant's span, its traceparent sent. */
