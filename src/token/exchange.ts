@@ -34,7 +34,9 @@ const MAX_REFUSED_SUBJECTS = 8
  * never refreshed. A subject token the exchange refused is never sent
  * again: the first refusal renews the subject once and the exchange is
  * tried again with its new token; a refusal again is paced, as rejected
- * credentials are, and tried again when the subject holds a new token.
+ * credentials are, and tried again when the subject holds a new token. A
+ * refusal that is not about the subject token (the client may not exchange,
+ * say) only waits its pace.
  */
 export class TokenExchange implements TokenSource {
   readonly grant = 'token_exchange'
@@ -47,6 +49,8 @@ export class TokenExchange implements TokenSource {
   #refusedInARow = 0
   /** a renewal waits for the subject's next token, its certificate having changed */
   #awaitingSubject = false
+  /** the last attempt failed on the subject's token: its next one may pass */
+  #subjectWasTheCause = false
 
   constructor (options: TokenExchangeOptions) {
     this.#o = options
@@ -54,6 +58,7 @@ export class TokenExchange implements TokenSource {
   }
 
   async obtain (o: { count: GrantCounter }): Promise<Obtained> {
+    this.#subjectWasTheCause = false
     await this.server.discover().catch((err: unknown) => { throw GrantError.at('discovery', err) })
     const token = await this.#subjectToken()
     try {
@@ -78,7 +83,8 @@ export class TokenExchange implements TokenSource {
   }
 
   onRetryCue (cue: () => void): void {
-    this.#o.subject.events.on('token', cue)
+    // a refusal of the client or the audience stands whatever the subject holds: it waits its pace
+    this.#o.subject.events.on('token', () => { if (this.#subjectWasTheCause) cue() })
   }
 
   certificateChanged (renew: (dropRefresh: boolean) => void): void {
@@ -107,11 +113,13 @@ export class TokenExchange implements TokenSource {
     } catch (err) {
       if (err instanceof TokenUnavailableError) throw new GrantError('no token to exchange: its credential holds none yet', 'transient', { step: this.grant })
       // its only token was refused, and no new one has come yet: the exchange is tried when it comes
+      this.#subjectWasTheCause = true
       throw GrantError.at(this.grant, err)
     }
   }
 
   #refuse (token: string): void {
+    this.#subjectWasTheCause = true
     this.#refused.add(token)
     if (this.#refused.size > MAX_REFUSED_SUBJECTS) this.#refused.delete(this.#refused.values().next().value!)
   }

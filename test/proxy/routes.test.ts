@@ -265,6 +265,11 @@ t.test('token exchange refused: with an invalid subject token, the subject is re
   const before = h.tokenServer.grants.length
   await new Promise((resolve) => setTimeout(resolve, 1_000))
   t.equal(h.tokenServer.grants.length, before, 'no retry within a second: the slow pace')
+  const subjectBefore = h.app.credential.current()!.header
+  h.app.credential.answered(h.app.credential.current()!, 401, undefined, undefined)
+  await until(() => h.app.credential.current()?.header !== subjectBefore, 2_000)
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  t.same(h.tokenServer.grants.slice(before).map((g) => g.grantType), ['refresh_token'], 'the subject\'s new token is not exchanged: the refusal was not about it')
   t.equal((await send(`${h.proxyUrl}/x`)).status, 200, 'the default route still serves')
   t.equal(reports!.received.length, 1, 'the route\'s upstream never got another route\'s token')
 })
