@@ -72,7 +72,10 @@ export interface AccessLogOptions {
   destination?: (req: FastifyRequest['raw']) => string | undefined
 }
 
-/** One call per request, answered or abandoned: the access line and the request metrics. */
+/**
+ * One call per request, answered or abandoned: the access line and the
+ * request metrics; with tracing on, its span ends with the line's status.
+ */
 export const accessLog = fp<AccessLogOptions>(async function accessLog (app: FastifyInstance, { route, onResponse, destination }) {
   app.decorateRequest('sidecarStarted', 0)
   app.decorateRequest('sidecarUpstreamFailed', false)
@@ -85,11 +88,14 @@ export const accessLog = fp<AccessLogOptions>(async function accessLog (app: Fas
   app.addHook('onResponse', (request, reply, done) => {
     // an answer written to a client already gone (an upload it gave up) is the client's 499
     const status = request.sidecarUpstreamFailed ? 502 : reply.raw.writableFinished ? reply.statusCode : 499
+    request.sidecarTrace?.end(status)
     onResponse(accessLine(request, status, reply.elapsedTime, route, destination))
     done()
   })
   app.addHook('onRequestAbort', (request, done) => {
-    onResponse(accessLine(request, request.sidecarUpstreamFailed ? 502 : 499, performance.now() - request.sidecarStarted, route, destination))
+    const status = request.sidecarUpstreamFailed ? 502 : 499
+    request.sidecarTrace?.end(status)
+    onResponse(accessLine(request, status, performance.now() - request.sidecarStarted, route, destination))
     done()
   })
 }, { name: 'auth-sidecar-access-log' })

@@ -69,6 +69,7 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
     this.#tries++
     this.#interim = 0
     this.#status = undefined
+    this.#span = this.#request.sidecarTrace?.upstream(this.#method, { origin: route.origin, path }, this.#tries - 1)
     const headers = forwardedHeaders(this.#request.raw.rawHeaders, {
       authorization: authorization.header,
       dpop: authorization.prove?.(this.#method, route.origin + path),
@@ -77,14 +78,9 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
       clientIp: this.#request.raw.socket.remoteAddress,
       withoutBody: this.#body === undefined,
       handshake: false,
-      proto: schemeOf(this.#request.raw.socket)
+      proto: schemeOf(this.#request.raw.socket),
+      trace: this.#span?.headers
     })
-    const trace = this.#request.sidecarTrace
-    if (trace !== undefined) {
-      this.#span = trace.upstream(this.#method, { origin: route.origin, path }, this.#tries - 1)
-      delete headers.tracestate
-      Object.assign(headers, this.#span.headers)
-    }
     connection.dispatcher.dispatch({
       origin: route.origin,
       path: path + query,

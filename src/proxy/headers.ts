@@ -64,6 +64,8 @@ export interface ForwardingInfo {
   handshake: boolean
   /** the scheme the client used: https inside a connection the forward proxy intercepted */
   proto: 'http' | 'https'
+  /** with tracing on, the try's trace context: it replaces the client's, tracestate included */
+  trace?: Readonly<Record<string, string>> | undefined
 }
 
 /** The scheme a client spoke: https on a connection whose TLS the sidecar terminated (the forward proxy's). */
@@ -100,6 +102,7 @@ export function forwardedHeaders (raw: string[], info: ForwardingInfo): Outgoing
       continue
     }
     if (named?.has(name) === true || (info.handshake && HANDSHAKE.has(name)) || (info.withoutBody && name === 'content-length')) continue
+    if (info.trace !== undefined && (name === 'tracestate' || info.trace[name] !== undefined)) continue
     const before = out[name]
     out[name] = before === undefined ? value : Array.isArray(before) ? [...before, value] : [before, value]
   }
@@ -110,6 +113,7 @@ export function forwardedHeaders (raw: string[], info: ForwardingInfo): Outgoing
   out['x-request-id'] = info.requestId
   if (info.clientIp !== undefined) out['x-forwarded-for'] = forwardedFor === undefined ? info.clientIp : `${forwardedFor}, ${info.clientIp}`
   if (clientHost !== undefined) out['x-forwarded-host'] = clientHost
+  if (info.trace !== undefined) Object.assign(out, info.trace)
   return out
 }
 

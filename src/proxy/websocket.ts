@@ -111,6 +111,7 @@ class Handshake implements Transport {
     const req = this.#request.raw
     const { path, query } = this.#target
     const protocols = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim()).filter(Boolean)
+    const span = this.#request.sidecarTrace?.upstream('GET', { origin: route.origin, path }, this.#tries++)
     const headers = forwardedHeaders(req.rawHeaders, {
       authorization: authorization.header,
       // a handshake's proof names the URL with http or https (RFC 9449 §4.2)
@@ -120,13 +121,9 @@ class Handshake implements Transport {
       clientIp: req.socket.remoteAddress,
       withoutBody: true,
       handshake: true,
-      proto: schemeOf(req.socket)
+      proto: schemeOf(req.socket),
+      trace: span?.headers
     })
-    const span = this.#request.sidecarTrace?.upstream('GET', { origin: route.origin, path }, this.#tries++)
-    if (span !== undefined) {
-      delete headers.tracestate
-      Object.assign(headers, span.headers)
-    }
     const up = this.#upstream = new WebSocket(route.origin.replace(/^http/, 'ws') + path + query, protocols, {
       headers: headers as Record<string, string>,
       perMessageDeflate: false,

@@ -47,17 +47,9 @@ class OtelTracing implements Tracing {
   instrumentRoute (app: FastifyInstance, route: string): void {
     const tracer = this.#tracer
     const grants = this.#grants
+    // the listener's access log ends the span, with its line's status
     app.addHook('onRequest', (request, _reply, done) => {
       request.sidecarTrace = new ServerSpan(tracer, grants, request, route)
-      done()
-    })
-    app.addHook('onResponse', (request, reply, done) => {
-      // the access log's status: an upstream that broke off its answer is 502, a client that left 499
-      request.sidecarTrace?.end(request.sidecarUpstreamFailed ? 502 : reply.raw.writableFinished ? reply.statusCode : 499)
-      done()
-    })
-    app.addHook('onRequestAbort', (request, done) => {
-      request.sidecarTrace?.end(499)
       done()
     })
   }
@@ -113,18 +105,22 @@ class ServerSpan implements RequestTrace {
     const raw = request.raw
     const method = raw.method ?? 'GET'
     const parent = propagation.extract(ROOT_CONTEXT, raw.headers)
-    const local = raw.socket
-    // what a sampler may look at, given at the start (the HTTP conventions' list); the rest only to a span that records
-    const attributes: Attributes = {
-      'http.request.method': method,
-      'url.path': pathOf(raw.url ?? '/'),
-      'url.scheme': (local as { encrypted?: boolean }).encrypted === true ? 'https' : 'http',
-      'server.port': local.localPort ?? 0
-    }
     // it began when the request arrived (the access log's clock), before the listener's hooks
-    this.#span = tracer.startSpan(method, { kind: SpanKind.SERVER, attributes, startTime: hrTimeOf(TIME_ORIGIN + request.sidecarStarted) }, parent)
+    this.#span = tracer.startSpan(method, { kind: SpanKind.SERVER, startTime: hrTimeOf(TIME_ORIGIN + request.sidecarStarted) }, parent)
     this.#records = this.#span.isRecording()
-    if (this.#records) this.#span.setAttributes({ 'network.peer.address': local.remoteAddress ?? '', 'auth_sidecar.route': route })
+    // The samplers OTEL_TRACES_SAMPLER names decide by the trace id and the
+    // parent alone, so the attributes are built only for a span that records.
+    if (this.#records) {
+      const local = raw.socket
+      this.#span.setAttributes({
+        'http.request.method': method,
+        'url.path': pathOf(raw.url ?? '/'),
+        'url.scheme': (local as { encrypted?: boolean }).encrypted === true ? 'https' : 'http',
+        'server.port': local.localPort ?? 0,
+        'network.peer.address': local.remoteAddress ?? '',
+        'auth_sidecar.route': route
+      })
+    }
     this.ids = idsOf(this.#span)
   }
 

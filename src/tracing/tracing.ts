@@ -64,7 +64,7 @@ export type Fetch = (url: string, init: { method: string, headers: Record<string
  */
 export interface Tracing {
   readonly on: boolean
-  /** Adds the hooks that give each request of a route its SERVER span (none when off). */
+  /** Adds the hook that starts a SERVER span for each request of a route (none when off); the listener's access log ends it. */
   instrumentRoute(app: FastifyInstance, route: string): void
   /** An INTERNAL span for one grant of `credential` (the key the requests waiting for it link by). */
   grant(credential: object, route: string, grantType: string): GrantSpan

@@ -1,3 +1,4 @@
+import { request as httpRequest } from 'node:http'
 import { SpanKind } from '@opentelemetry/api'
 import { InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base'
 import t, { type Test } from 'tap'
@@ -167,4 +168,23 @@ t.test('a request the sidecar answers itself: error.type is its error code', asy
   t.match(server.attributes, { 'http.response.status_code': 504, 'error.type': 'upstream_timeout' })
   const client = spans().find((s) => s.kind === SpanKind.CLIENT && parentOf(s) === ids(server).span)!
   t.ok(client.attributes['error.type'], 'the try that was cut says why')
+})
+
+t.test('a client that leaves: the SERVER span ends once, with the access line\'s 499', async (t) => {
+  exporter.reset()
+  const h = await build(t, {}, {}, { tracing })
+  await until(() => h.app.credential.ready())
+  const req = httpRequest(`${h.proxyUrl}/_slow/2000`, { agent: false })
+  req.on('error', () => {})
+  req.end()
+  await until(() => h.upstream.received.length === 1)
+  req.destroy()
+  await until(() => h.log.records().some((r) => r.msg === 'request' && r.path === '/_slow/2000'))
+  const line = h.log.records().find((r) => r.msg === 'request' && r.path === '/_slow/2000')!
+  t.equal(line.status, 499)
+  await until(() => spans().some((s) => s.kind === SpanKind.SERVER))
+  const servers = spans().filter((s) => s.kind === SpanKind.SERVER)
+  t.equal(servers.length, 1)
+  t.equal(ids(servers[0]!).span, line.span_id, 'the access line\'s span')
+  t.equal(servers[0]!.attributes['http.response.status_code'], 499)
 })
