@@ -1,4 +1,4 @@
-import { propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type ContextManager, type HrTime, type Span, type Tracer } from '@opentelemetry/api'
+import { propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type ContextManager, type HrTime, type Span, type SpanContext, type Tracer } from '@opentelemetry/api'
 import { NodeSDK } from '@opentelemetry/sdk-node'
 import type { SpanProcessor } from '@opentelemetry/sdk-trace-base'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
@@ -49,7 +49,7 @@ class OtelTracing implements Tracing {
     const grants = this.#grants
     // the listener's access log ends the span, with its line's status
     app.addHook('onRequest', (request, _reply, done) => {
-      request.sidecarTrace = new ServerSpan(tracer, grants, request, route)
+      request.sidecarTrace = requestTrace(tracer, grants, request, route)
       done()
     })
   }
@@ -85,8 +85,57 @@ class OtelTracing implements Tracing {
   }
 }
 
-/** A request's SERVER span, child of the client's traceparent when it sent one. */
-class ServerSpan implements RequestTrace {
+/**
+ * A request's SERVER span, child of the client's traceparent when it sent
+ * one: a RecordedRequest when its trace is sampled, else an
+ * UnrecordedRequest, which only carries the trace on.
+ */
+function requestTrace (tracer: Tracer, grants: WeakMap<object, Span>, request: FastifyRequest, route: string): RequestTrace {
+  const raw = request.raw
+  const method = raw.method ?? 'GET'
+  const parent = propagation.extract(ROOT_CONTEXT, raw.headers)
+  // it began when the request arrived (the access log's clock), before the listener's hooks
+  const span = tracer.startSpan(method, { kind: SpanKind.SERVER, startTime: hrTimeOf(TIME_ORIGIN + request.sidecarStarted) }, parent)
+  if (!span.isRecording()) return new UnrecordedRequest(span.spanContext())
+  // The samplers OTEL_TRACES_SAMPLER names decide by the trace id and the
+  // parent alone, so the attributes are built only for a span that records.
+  const local = raw.socket
+  span.setAttributes({
+    'http.request.method': method,
+    'url.path': pathOf(raw.url ?? '/'),
+    'url.scheme': (local as { encrypted?: boolean }).encrypted === true ? 'https' : 'http',
+    'server.port': local.localPort ?? 0,
+    'network.peer.address': local.remoteAddress ?? '',
+    'auth_sidecar.route': route
+  })
+  return new RecordedRequest(tracer, grants, span)
+}
+
+/**
+ * A request its trace does not sample records nothing: its tries carry
+ * its SERVER span's context upstream, unsampled, rather than each starting
+ * a CLIENT span that no one would ever see.
+ */
+class UnrecordedRequest implements RequestTrace {
+  readonly ids: TraceIds
+  readonly #context: SpanContext
+  #try: UpstreamSpan | undefined
+
+  constructor (context: SpanContext) {
+    this.#context = context
+    this.ids = { trace_id: context.traceId, span_id: context.spanId }
+  }
+
+  upstream (): UpstreamSpan {
+    return this.#try ??= { headers: traceHeaders(this.#context), end () {} }
+  }
+
+  waitedFor (): void {}
+  failed (): void {}
+  end (): void {}
+}
+
+class RecordedRequest implements RequestTrace {
   readonly ids: TraceIds
   readonly #span: Span
   readonly #grants: WeakMap<object, Span>
@@ -94,43 +143,17 @@ class ServerSpan implements RequestTrace {
   /** the sidecar's own error, when it answered with one */
   #errorType: string | undefined
   #ended = false
-  /** whether the span records, as sampled at its start (an ended span says false) */
-  readonly #records: boolean
-  /** the tries of a request whose span does not record: all send the same context */
-  #unrecordedTry: UpstreamSpan | undefined
 
-  constructor (tracer: Tracer, grants: WeakMap<object, Span>, request: FastifyRequest, route: string) {
+  constructor (tracer: Tracer, grants: WeakMap<object, Span>, span: Span) {
     this.#tracer = tracer
     this.#grants = grants
-    const raw = request.raw
-    const method = raw.method ?? 'GET'
-    const parent = propagation.extract(ROOT_CONTEXT, raw.headers)
-    // it began when the request arrived (the access log's clock), before the listener's hooks
-    this.#span = tracer.startSpan(method, { kind: SpanKind.SERVER, startTime: hrTimeOf(TIME_ORIGIN + request.sidecarStarted) }, parent)
-    this.#records = this.#span.isRecording()
-    // The samplers OTEL_TRACES_SAMPLER names decide by the trace id and the
-    // parent alone, so the attributes are built only for a span that records.
-    if (this.#records) {
-      const local = raw.socket
-      this.#span.setAttributes({
-        'http.request.method': method,
-        'url.path': pathOf(raw.url ?? '/'),
-        'url.scheme': (local as { encrypted?: boolean }).encrypted === true ? 'https' : 'http',
-        'server.port': local.localPort ?? 0,
-        'network.peer.address': local.remoteAddress ?? '',
-        'auth_sidecar.route': route
-      })
-    }
-    this.ids = idsOf(this.#span)
+    this.#span = span
+    this.ids = idsOf(span)
   }
 
   upstream (method: string, url: URLParts, resendCount: number): UpstreamSpan {
-    // A request its trace does not sample records nothing: its tries carry the
-    // SERVER span's own context upstream rather than each starting a CLIENT
-    // span that no one would ever see.
-    if (!this.#records) return this.#unrecordedTry ??= { headers: traceHeaders(this.#span), end () {} }
     const span = this.#tracer.startSpan(method, { kind: SpanKind.CLIENT, attributes: clientAttributes(method, url.origin, url.path, resendCount) }, trace.setSpan(ROOT_CONTEXT, this.#span))
-    const headers = traceHeaders(span)
+    const headers = traceHeaders(span.spanContext())
     let ended = false
     return {
       headers,
@@ -169,10 +192,10 @@ class ServerSpan implements RequestTrace {
   }
 }
 
-/** The headers (traceparent, tracestate) that make `span` the parent of what a try causes upstream. */
-function traceHeaders (span: Span): Record<string, string> {
+/** The headers (traceparent, tracestate) that make the span of `context` the parent of what a try causes upstream. */
+function traceHeaders (context: SpanContext): Record<string, string> {
   const headers: Record<string, string> = {}
-  propagation.inject(trace.setSpan(ROOT_CONTEXT, span), headers)
+  propagation.inject(trace.setSpanContext(ROOT_CONTEXT, context), headers)
   return headers
 }
 
