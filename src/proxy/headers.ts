@@ -102,9 +102,8 @@ export function forwardedHeaders (raw: string[], info: ForwardingInfo): Outgoing
       continue
     }
     if (named?.has(name) === true || (info.handshake && HANDSHAKE.has(name)) || (info.withoutBody && name === 'content-length')) continue
-    if (info.trace !== undefined && (name === 'tracestate' || info.trace[name] !== undefined)) continue
-    const before = out[name]
-    out[name] = before === undefined ? value : Array.isArray(before) ? [...before, value] : [before, value]
+    if (info.trace !== undefined && (name === 'tracestate' || Object.hasOwn(info.trace, name))) continue
+    add(out, name, value)
   }
   if (info.host !== undefined) out.host = info.host
   out.authorization = info.authorization
@@ -135,10 +134,20 @@ export function untouchedHeaders (raw: string[], host: string, ownAuthorization:
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!.toLowerCase()
     if (DROP_UNTOUCHED.has(name) || named?.has(name) === true || (!ownAuthorization && (name === 'authorization' || name === 'dpop'))) continue
-    const before = out[name]
-    out[name] = before === undefined ? raw[i + 1]! : Array.isArray(before) ? [...before, raw[i + 1]!] : [before, raw[i + 1]!]
+    add(out, name, raw[i + 1]!)
   }
   return out
+}
+
+/**
+ * Adds a header the client sent to `out`, after any of the same name. A
+ * name is only ever an own property: `constructor` is a header like any
+ * other, and `__proto__`, which would set the object's prototype, is none.
+ */
+function add (out: OutgoingHeaders, name: string, value: string): void {
+  if (name === '__proto__') return
+  const before = Object.hasOwn(out, name) ? out[name] : undefined
+  out[name] = before === undefined ? value : Array.isArray(before) ? [...before, value] : [before, value]
 }
 
 /** Header values as Node and undici hand over an answer's. */
@@ -154,7 +163,7 @@ export function relayedResponseHeaders (headers: IncomingHeaders, requestId: str
   const out: OutgoingHeaders = {}
   for (const name in headers) {
     const value = headers[name]
-    if (value === undefined || DROP_RESPONSE.has(name) || name === 'x-request-id' || named?.has(name) === true) continue
+    if (value === undefined || DROP_RESPONSE.has(name) || name === 'x-request-id' || named?.has(name) === true || name === '__proto__') continue
     out[name] = value
   }
   out['x-request-id'] = requestId
