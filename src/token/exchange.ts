@@ -3,7 +3,7 @@ import { TokenUnavailableError } from '../errors.js'
 import type { Logger } from '../logger.js'
 import type { SecretScrubber } from '../secrets.js'
 import type { CredentialEvents } from './credential.js'
-import { GrantError, refusesSubject } from './grant.js'
+import { GrantError, isCredentialRejection, refusesSubject } from './grant.js'
 import type { OAuthClient } from './oauth-client.js'
 import type { GrantTrace } from '../tracing/tracing.js'
 import type { GrantCounter, Obtained, TokenSource } from './source.js'
@@ -34,9 +34,10 @@ const MAX_REFUSED_SUBJECTS = 8
  * never refreshed. A subject token the exchange refused is never sent
  * again: the first refusal renews the subject once and the exchange is
  * tried again with its new token; a refusal again is paced, as rejected
- * credentials are, and tried again when the subject holds a new token. A
- * refusal that is not about the subject token (the client may not exchange,
- * say) only waits its pace.
+ * credentials are, and tried again when the subject holds a new token, as
+ * is a failure of the client's credentials, which the subject's grants use
+ * too. A refusal of the exchange itself (not enabled for the client, say)
+ * only waits its pace.
  */
 export class TokenExchange implements TokenSource {
   readonly grant = 'token_exchange'
@@ -49,8 +50,8 @@ export class TokenExchange implements TokenSource {
   #refusedInARow = 0
   /** a renewal waits for the subject's next token, its certificate having changed */
   #awaitingSubject = false
-  /** the last attempt failed on the subject's token: its next one may pass */
-  #subjectWasTheCause = false
+  /** the last attempt failed on what the subject's next token may have changed: its token, or the client credentials both use */
+  #cueOnSubject = false
 
   constructor (options: TokenExchangeOptions) {
     this.#o = options
@@ -58,7 +59,7 @@ export class TokenExchange implements TokenSource {
   }
 
   async obtain (o: { count: GrantCounter }): Promise<Obtained> {
-    this.#subjectWasTheCause = false
+    this.#cueOnSubject = false
     await this.server.discover().catch((err: unknown) => { throw GrantError.at('discovery', err) })
     const token = await this.#subjectToken()
     try {
@@ -66,25 +67,26 @@ export class TokenExchange implements TokenSource {
       this.#refusedInARow = 0
       return { set, grant: this.grant }
     } catch (err) {
-      if (!(err instanceof GrantError && refusesSubject(err))) throw GrantError.at(this.grant, err)
+      if (!(err instanceof GrantError && refusesSubject(err))) throw this.#failure(err)
       this.#refuse(token)
       if (this.#refusedInARow++ > 0) throw GrantError.at(this.grant, err)
       this.#o.log.info({ event: 'token', grant: this.grant, outcome: 'rejected', reason: this.#o.secrets.scrub(err.message) }, 'the subject token was refused: renewing it, then exchanging again')
       const renewed = await this.#o.subject.accessTokenOtherThan(this.#refused).catch(() => undefined)
       // no new subject token in time: paced, and tried as soon as one comes (the retry cue)
       if (renewed === undefined) throw GrantError.at(this.grant, err)
+      this.#cueOnSubject = false
       try {
         return { set: await o.count(this.grant, async (trace) => await this.#exchange(renewed, trace)), grant: this.grant }
       } catch (again) {
         if (again instanceof GrantError && refusesSubject(again)) this.#refuse(renewed)
-        throw GrantError.at(this.grant, again)
+        throw this.#failure(again)
       }
     }
   }
 
   onRetryCue (cue: () => void): void {
-    // a refusal of the client or the audience stands whatever the subject holds: it waits its pace
-    this.#o.subject.events.on('token', () => { if (this.#subjectWasTheCause) cue() })
+    // a refusal of the exchange itself (not enabled for the client, an unknown audience) stands whatever the subject holds: it waits its pace
+    this.#o.subject.events.on('token', () => { if (this.#cueOnSubject) cue() })
   }
 
   certificateChanged (renew: (dropRefresh: boolean) => void): void {
@@ -113,13 +115,19 @@ export class TokenExchange implements TokenSource {
     } catch (err) {
       if (err instanceof TokenUnavailableError) throw new GrantError('no token to exchange: its credential holds none yet', 'transient', { step: this.grant })
       // its only token was refused, and no new one has come yet: the exchange is tried when it comes
-      this.#subjectWasTheCause = true
+      this.#cueOnSubject = true
       throw GrantError.at(this.grant, err)
     }
   }
 
+  /** The error an attempt ends with; the client's credentials refused or unusable may be mended by the time the subject renews. */
+  #failure (err: unknown): GrantError {
+    if (err instanceof GrantError && (err.kind === 'credential' || isCredentialRejection(err))) this.#cueOnSubject = true
+    return GrantError.at(this.grant, err)
+  }
+
   #refuse (token: string): void {
-    this.#subjectWasTheCause = true
+    this.#cueOnSubject = true
     this.#refused.add(token)
     if (this.#refused.size > MAX_REFUSED_SUBJECTS) this.#refused.delete(this.#refused.values().next().value!)
   }

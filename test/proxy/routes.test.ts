@@ -370,6 +370,28 @@ t.test('token exchange refused every time while the auth server fails the subjec
   t.notOk(after.some((g) => g.form.subject_token === subject), 'nor the first one')
 })
 
+t.test('token exchange refused for the client\'s credentials: tried again as soon as the subject holds a new token, not at the slow pace', async (t) => {
+  const [reports] = await upstreams(t, undefined, 1)
+  const h = await build(t, {
+    ROUTE_REPORTS_BASE_URL: reports!.url,
+    ROUTE_REPORTS_PATH: '/reports',
+    ROUTE_REPORTS_AUTH_EXCHANGE_AUDIENCE: 'reports-api',
+    TOKEN_REJECTED_RETRY_MS: '60000'
+  }, { exchange: { 'legacy-app': ['reports-api'] } })
+  await until(() => h.app.routes.every((r) => r.credential.ready()))
+  h.tokenServer.faultFor = (form) => form.grant_type === EXCHANGE ? { status: 401, body: JSON.stringify({ error: 'invalid_client', error_description: 'Invalid client or Invalid client credentials' }) } : undefined
+  const route = h.app.routes.find((r) => r.config.name === 'reports')!
+  route.credential.answered(route.credential.current()!, 401, undefined, undefined)
+  await until(() => h.tokenServer.grants.some((g) => g.grantType === EXCHANGE && g.status === 401))
+  // the secret is mended; the subject renews, with the same client
+  h.tokenServer.faultFor = undefined
+  const subject = h.app.credential.current()!.header
+  h.app.credential.answered(h.app.credential.current()!, 401, undefined, undefined)
+  await until(() => h.app.credential.current()?.header !== subject, 2_000)
+  await until(() => h.tokenServer.grants.filter((g) => g.grantType === EXCHANGE).at(-1)?.status === 200, 2_000)
+  t.equal((await send(`${h.proxyUrl}/reports/x`)).status, 200, 'the route serves again, a minute before the slow pace would have tried')
+})
+
 t.test('hanging token requests of two exchange routes do not hold up another credential\'s renewal', async (t) => {
   const [a, b] = await upstreams(t, undefined, 2)
   const h = await build(t, {
