@@ -47,7 +47,7 @@ class OtelTracing implements Tracing {
   instrumentRoute (app: FastifyInstance, route: string): void {
     const tracer = this.#tracer
     const grants = this.#grants
-    // the listener's access log ends the span, with its line's status
+    // the listener's access log ends the span with its line's status (a WebSocket's handshake, at the switch)
     app.addHook('onRequest', (request, _reply, done) => {
       request.sidecarTrace = requestTrace(tracer, grants, request, route)
       done()

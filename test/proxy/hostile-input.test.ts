@@ -51,15 +51,15 @@ t.test('X-Original-URL and X-Rewrite-URL are dropped', async (t) => {
   t.equal(got.headers['x-rewrite-url'], undefined)
 })
 
-t.test('headers named after Object\'s own properties: forwarded as sent, and __proto__ is no header', async (t) => {
+t.test('headers named after Object\'s properties: constructor forwarded as sent, __proto__ is no header', async (t) => {
   const h = await build(t)
   await until(() => h.app.credential.ready())
-  const headers = [['constructor', 'c1'], ['tostring', 't1'], ['hasownproperty', 'h1'], ['__proto__', 'p1']]
-  const res = await rawRequest(h.proxyPort, `GET /own HTTP/1.1\r\nHost: x\r\n${headers.map(([k, v]) => `${k}: ${v}\r\n`).join('')}Connection: close\r\n\r\n`)
+  const res = await rawRequest(h.proxyPort, 'GET /own HTTP/1.1\r\nHost: x\r\nconstructor: c1\r\nconstructor: c2\r\n__proto__: p1\r\nConnection: close\r\n\r\n')
   t.equal(statusOf(res), 200)
-  const got = h.upstream.received.at(-1)!
-  t.match(got.headers, { constructor: 'c1', tostring: 't1', hasownproperty: 'h1' })
-  t.notOk(Object.hasOwn(got.headers, '__proto__'), 'a header named __proto__ is not forwarded')
+  const raw = h.upstream.received.at(-1)!.rawHeaders
+  const sent = (name: string): string[] => raw.filter((_, i) => i % 2 === 1 && raw[i - 1]!.toLowerCase() === name)
+  t.same(sent('constructor'), ['c1', 'c2'], 'both, and nothing inherited')
+  t.same(sent('__proto__'), [], 'a header named __proto__ is not forwarded')
 })
 
 t.test('requests in progress beyond PROXY_MAX_REQUESTS get 503 overloaded at once; the admin port keeps answering', async (t) => {

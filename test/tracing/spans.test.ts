@@ -170,7 +170,7 @@ t.test('a request the sidecar answers itself: error.type is its error code', asy
   t.ok(client.attributes['error.type'], 'the try that was cut says why')
 })
 
-t.test('a client that leaves: the SERVER span ends once, with the access line\'s 499', async (t) => {
+t.test('a client that leaves: its SERVER span ends with the access line\'s 499', async (t) => {
   exporter.reset()
   const h = await build(t, {}, {}, { tracing })
   await until(() => h.app.credential.ready())
