@@ -205,8 +205,7 @@ function tracedFetch<F extends Fetch> (tracer: Tracer, grant: Span, fetch: F): F
   const traced: Fetch = async (url, init) => {
     const { origin, pathname } = new URL(url)
     const span = tracer.startSpan(init.method, { kind: SpanKind.CLIENT, attributes: clientAttributes(init.method, origin, pathname, 0) }, parent)
-    const headers = { ...init.headers }
-    propagation.inject(trace.setSpan(parent, span), headers)
+    const headers = { ...init.headers, ...traceHeaders(span.spanContext()) }
     try {
       const res = await fetch(url, { ...init, headers })
       span.setAttribute('http.response.status_code', res.status)
