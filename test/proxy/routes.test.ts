@@ -3,6 +3,7 @@ import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { build, CLIENT_SECRET, metric, rawRequest, send, statusOf, until, type Harness } from '../helpers/build.js'
 import { FakeUpstream } from '../helpers/upstream.js'
+import type { TokenServerOptions } from '../../dev/token-server.js'
 
 /** More upstreams, checking tokens with the harness's token server. */
 async function upstreams (t: Test, h: Harness | undefined, n: number, tokens = h?.tokenServer): Promise<FakeUpstream[]> {
@@ -18,6 +19,19 @@ async function upstreams (t: Test, h: Harness | undefined, n: number, tokens = h
 function identity (h: Harness, up: FakeUpstream): { client: string, audience: string } | string {
   const verdict = h.tokenServer.verify(up.received.at(-1)?.headers.authorization)
   return verdict.ok ? { client: verdict.client, audience: verdict.audience } : verdict.reason
+}
+
+/** A sidecar whose route `reports` (/reports) holds the default credential's token exchanged for reports-api, once ready. */
+async function withReportsExchange (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}): Promise<{ h: Harness, reports: FakeUpstream, route: Harness['app']['routes'][number] }> {
+  const [reports] = await upstreams(t, undefined, 1)
+  const h = await build(t, {
+    ROUTE_REPORTS_BASE_URL: reports!.url,
+    ROUTE_REPORTS_PATH: '/reports',
+    ROUTE_REPORTS_AUTH_EXCHANGE_AUDIENCE: 'reports-api',
+    ...env
+  }, { exchange: { 'legacy-app': ['reports-api'] }, ...tokenOptions })
+  await until(() => h.app.routes.every((r) => r.credential.ready()))
+  return { h, reports: reports!, route: h.app.routes.find((r) => r.config.name === 'reports')! }
 }
 
 t.test('a path route: its prefix removed, whole segments only, the longest prefix first; the default route keeps every other path', async (t) => {
@@ -177,16 +191,9 @@ t.test('an upstream 401 on a route renews that route\'s token only, and the requ
 })
 
 t.test('token exchange: the route\'s token is the default credential\'s exchanged for its audience, renewed by exchange, never logged', async (t) => {
-  const [reports] = await upstreams(t, undefined, 1)
-  const h = await build(t, {
-    ROUTE_REPORTS_BASE_URL: reports!.url,
-    ROUTE_REPORTS_PATH: '/reports',
-    ROUTE_REPORTS_AUTH_EXCHANGE_AUDIENCE: 'reports-api',
-    ROUTE_REPORTS_AUTH_EXCHANGE_SCOPE: 'reports'
-  }, { accessTokenSeconds: 2, exchange: { 'legacy-app': ['reports-api'] } })
-  await until(() => h.app.routes.every((r) => r.credential.ready()))
+  const { h, reports } = await withReportsExchange(t, { ROUTE_REPORTS_AUTH_EXCHANGE_SCOPE: 'reports' }, { accessTokenSeconds: 2 })
   t.equal((await send(`${h.proxyUrl}/reports/x`)).status, 200)
-  t.match(identity(h, reports!), { client: 'legacy-app', audience: 'reports-api' })
+  t.match(identity(h, reports), { client: 'legacy-app', audience: 'reports-api' })
   t.equal((await send(`${h.proxyUrl}/x`)).status, 200)
   t.match(identity(h, h.upstream), { client: 'legacy-app', audience: 'account' }, 'the default route keeps its own token')
   const exchange = h.tokenServer.grants.find((g) => g.grantType === 'urn:ietf:params:oauth:grant-type:token-exchange')!
@@ -209,44 +216,30 @@ t.test('token exchange: the route\'s token is the default credential\'s exchange
 })
 
 t.test('token exchange with a signed client assertion and DPoP: the exchange carries both, its token is bound to the same key and sent with a proof', async (t) => {
-  const [reports] = await upstreams(t, undefined, 1)
   const dir = t.testdir({ 'client.pem': generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ type: 'pkcs8', format: 'pem' }) as string })
-  const h = await build(t, {
+  const { h, reports } = await withReportsExchange(t, {
     AUTH_CLIENT_SECRET: '',
     AUTH_CLIENT_AUTH: 'private_key_jwt',
     AUTH_CLIENT_KEY_FILE: join(dir, 'client.pem'),
-    AUTH_DPOP: 'true',
-    ROUTE_REPORTS_BASE_URL: reports!.url,
-    ROUTE_REPORTS_PATH: '/reports',
-    ROUTE_REPORTS_AUTH_EXCHANGE_AUDIENCE: 'reports-api'
-  }, { exchange: { 'legacy-app': ['reports-api'] }, dpop: { required: true } })
-  await until(() => h.app.routes.every((r) => r.credential.ready()))
+    AUTH_DPOP: 'true'
+  }, { dpop: { required: true } })
   t.equal((await send(`${h.proxyUrl}/reports/x`)).status, 200)
   const [grant, exchange] = h.tokenServer.grants
   t.equal(exchange!.grantType, 'urn:ietf:params:oauth:grant-type:token-exchange')
   t.equal(exchange!.clientAuth, 'jwt', 'the client authenticated by its signed assertion')
   t.equal(exchange!.form.client_secret, undefined)
   t.ok(exchange!.jkt !== undefined && exchange!.jkt === grant!.jkt, 'a DPoP proof with the sidecar\'s one key')
-  const sent = reports!.received.at(-1)!
+  const sent = reports.received.at(-1)!
   t.match(sent.headers.authorization, /^DPoP /)
   t.ok(typeof sent.headers.dpop === 'string', 'and a proof for the request')
   t.match(h.tokenServer.verify(sent.headers.authorization), { ok: true, audience: 'reports-api', jkt: grant!.jkt }, 'the exchanged token is bound to it')
 })
 
 t.test('token exchange refused: with an invalid subject token, the subject is renewed once and the refused one never sent again; refused outright, paced and 503', async (t) => {
-  const [reports] = await upstreams(t, undefined, 1)
-  const h = await build(t, {
-    ROUTE_REPORTS_BASE_URL: reports!.url,
-    ROUTE_REPORTS_PATH: '/reports',
-    ROUTE_REPORTS_AUTH_EXCHANGE_AUDIENCE: 'reports-api',
-    TOKEN_WAIT_MS: '300',
-    TOKEN_REJECTED_RETRY_MS: '60000'
-  }, { exchange: { 'legacy-app': ['reports-api'] } })
-  await until(() => h.app.routes.every((r) => r.credential.ready()))
+  const { h, reports, route } = await withReportsExchange(t, { TOKEN_WAIT_MS: '300', TOKEN_REJECTED_RETRY_MS: '60000' })
   // the subject's session ends: its token is refused by the exchange
   const subject = h.app.credential.current()!.header.slice('Bearer '.length)
   h.tokenServer.revoke(subject)
-  const route = h.app.routes.find((r) => r.config.name === 'reports')!
   route.credential.answered(route.credential.current()!, 401, undefined, undefined)
   t.equal((await send(`${h.proxyUrl}/reports/x`)).status, 200, 'served with a new exchange of a new subject token')
   const exchanges = h.tokenServer.grants.filter((g) => g.grantType.endsWith('token-exchange'))
@@ -271,7 +264,7 @@ t.test('token exchange refused: with an invalid subject token, the subject is re
   await new Promise((resolve) => setTimeout(resolve, 300))
   t.same(h.tokenServer.grants.slice(before).map((g) => g.grantType), ['refresh_token'], 'the subject\'s new token is not exchanged: the refusal was not about it')
   t.equal((await send(`${h.proxyUrl}/x`)).status, 200, 'the default route still serves')
-  t.equal(reports!.received.length, 1, 'the route\'s upstream never got another route\'s token')
+  t.equal(reports.received.length, 1, 'the route\'s upstream never got another route\'s token')
 })
 
 t.test('configuration mistakes are named at start, with the route, all at once', async (t) => {
@@ -371,16 +364,8 @@ t.test('token exchange refused every time while the auth server fails the subjec
 })
 
 t.test('token exchange refused for the client\'s credentials: tried again as soon as the subject holds a new token, not at the slow pace', async (t) => {
-  const [reports] = await upstreams(t, undefined, 1)
-  const h = await build(t, {
-    ROUTE_REPORTS_BASE_URL: reports!.url,
-    ROUTE_REPORTS_PATH: '/reports',
-    ROUTE_REPORTS_AUTH_EXCHANGE_AUDIENCE: 'reports-api',
-    TOKEN_REJECTED_RETRY_MS: '60000'
-  }, { exchange: { 'legacy-app': ['reports-api'] } })
-  await until(() => h.app.routes.every((r) => r.credential.ready()))
+  const { h, route } = await withReportsExchange(t, { TOKEN_REJECTED_RETRY_MS: '60000' })
   h.tokenServer.faultFor = (form) => form.grant_type === EXCHANGE ? { status: 401, body: JSON.stringify({ error: 'invalid_client', error_description: 'Invalid client or Invalid client credentials' }) } : undefined
-  const route = h.app.routes.find((r) => r.config.name === 'reports')!
   route.credential.answered(route.credential.current()!, 401, undefined, undefined)
   await until(() => h.tokenServer.grants.some((g) => g.grantType === EXCHANGE && g.status === 401))
   // the secret is mended; the subject renews, with the same client
@@ -419,22 +404,16 @@ t.test('hanging token requests of two exchange routes do not hold up another cre
 })
 
 t.test('an exchange answer that is not an access token, or a token no upstream would take, is not used: unready, 503, nothing sent', async (t) => {
-  const [reports] = await upstreams(t, undefined, 1)
-  const h = await build(t, {
-    ROUTE_REPORTS_BASE_URL: reports!.url,
-    ROUTE_REPORTS_PATH: '/reports',
-    ROUTE_REPORTS_AUTH_EXCHANGE_AUDIENCE: 'reports-api',
+  const { h, reports, route } = await withReportsExchange(t, {
     TOKEN_WAIT_MS: '200',
     // unusable answers are retried with a backoff that grows to this
     TOKEN_REJECTED_RETRY_MS: '300'
-  }, { exchange: { 'legacy-app': ['reports-api'] } })
-  await until(() => h.app.routes.every((r) => r.credential.ready()))
+  })
   const answers = [
     ['a refresh token', { access_token: 'eyJhbGciOiJIUzI1NiJ9.e30.sig', token_type: 'Bearer', expires_in: 300, issued_token_type: 'urn:ietf:params:oauth:token-type:refresh_token' }, /issued_token_type "urn:ietf:params:oauth:token-type:refresh_token", not an access token/],
     ['an ID token', { access_token: 'eyJhbGciOiJIUzI1NiJ9.e30.sig', token_type: 'Bearer', expires_in: 300, issued_token_type: 'urn:ietf:params:oauth:token-type:id_token' }, /issued_token_type "urn:ietf:params:oauth:token-type:id_token"/],
     ['a 200 KB token', { access_token: 'a'.repeat(200 * 1024), token_type: 'Bearer', expires_in: 300, issued_token_type: 'urn:ietf:params:oauth:token-type:access_token' }, /access_token is 204800 bytes, more than the 16384 an upstream takes in a header/]
   ] as const
-  const route = h.app.routes.find((r) => r.config.name === 'reports')!
   for (const [what, body, reason] of answers) {
     h.tokenServer.faultFor = (form) => form.grant_type === EXCHANGE ? { status: 200, body: JSON.stringify(body) } : undefined
     const held = route.credential.current()
@@ -447,5 +426,5 @@ t.test('an exchange answer that is not an access token, or a token no upstream w
     t.equal(ready.status, 503, `${what}: not ready`)
     t.match(JSON.parse(ready.body).routes, { reports: /without a usable token/ })
   }
-  t.equal(reports!.received.length, 0, 'nothing reached the route\'s upstream')
+  t.equal(reports.received.length, 0, 'nothing reached the route\'s upstream')
 })
