@@ -127,3 +127,17 @@ t.test('OTLP with the default protocol: http/protobuf bodies reach the receiver,
   t.ok(receiver.posts.some((p) => p.body.includes(traceBytes)), 'the request\'s trace id (16 bytes) is in an export')
   t.ok(receiver.posts.some((p) => p.body.includes(Buffer.from('auth-sidecar'))), 'so is the service name')
 })
+
+t.test('spans still held when the sidecar is stopped are exported before it exits', { timeout: 60_000 }, async (t) => {
+  // nothing would be sent on schedule for a minute: only the shutdown sends
+  const { receiver, sidecar } = await stand(t, { OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '60000' })
+  await untilReady(sidecar)
+  const res = await send(`${sidecar.proxyUrl}/orders/9`, { headers: { traceparent: `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01` } })
+  t.equal(res.status, 200)
+  t.equal(receiver.posts.length, 0, 'nothing exported yet')
+  sidecar.run.child.kill('SIGTERM')
+  t.equal(await sidecar.run.exited, 0, 'the sidecar stopped cleanly')
+  const server = receiver.spans().find((s) => s.kind === 'SERVER' && s.traceId === CLIENT_TRACE)
+  t.equal(server?.attributes['url.path'], '/orders/9', 'the request\'s SERVER span reached the receiver')
+  t.ok(receiver.spans().some((s) => s.kind === 'CLIENT' && s.parentSpanId === server?.spanId), 'and its CLIENT span')
+})
