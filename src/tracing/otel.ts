@@ -76,7 +76,7 @@ class OtelTracing implements Tracing {
 
   grantIds (credential: object): TraceIds | undefined {
     const span = this.#grants.get(credential)
-    return span === undefined ? undefined : idsOf(span)
+    return span === undefined ? undefined : idsOf(span.spanContext())
   }
 
   async shutdown (): Promise<void> {
@@ -123,7 +123,7 @@ class UnrecordedRequest implements RequestTrace {
 
   constructor (context: SpanContext) {
     this.#context = context
-    this.ids = { trace_id: context.traceId, span_id: context.spanId }
+    this.ids = idsOf(context)
   }
 
   upstream (): UpstreamSpan {
@@ -148,7 +148,7 @@ class RecordedRequest implements RequestTrace {
     this.#tracer = tracer
     this.#grants = grants
     this.#span = span
-    this.ids = idsOf(span)
+    this.ids = idsOf(span.spanContext())
   }
 
   upstream (method: string, url: URLParts, resendCount: number): UpstreamSpan {
@@ -266,8 +266,7 @@ function hrTimeOf (ms: number): HrTime {
   return [seconds, Math.min(999_999, Math.round((ms - seconds * 1000) * 1000)) * 1000]
 }
 
-function idsOf (span: Span): TraceIds {
-  const { traceId, spanId } = span.spanContext()
+function idsOf ({ traceId, spanId }: SpanContext): TraceIds {
   return { trace_id: traceId, span_id: spanId }
 }
 
