@@ -110,7 +110,7 @@ async function untilReady (url, child, timeoutMs) {
   while (Date.now() < deadline) {
     if (child.exitCode !== null) throw new Error(`Keycloak exited with code ${child.exitCode} while starting`)
     try {
-      const res = await fetch(url)
+      const res = await fetch(url, { signal: AbortSignal.timeout(2_000) })
       if (res.ok) return
     } catch {}
     await new Promise((resolve) => setTimeout(resolve, 250))
@@ -136,8 +136,23 @@ function httpsOptions (dir, port) {
   }
 }
 
-/** Starts one server, its process in `children` at once; resolves once /health/ready answers. */
+/**
+ * Starts one server, its process in `children` at once; resolves once
+ * /health/ready answers and its HTTP port serves the master realm. Its
+ * ports are free when picked, but the tests, which start meanwhile, may
+ * bind one first: then it starts again on others.
+ */
 async function startServer (server, dir, children) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startServerOn(server, dir, children)
+    } catch (err) {
+      if (attempt === 3 || !err.portTaken) throw err
+    }
+  }
+}
+
+async function startServerOn (server, dir, children) {
   const build = SERVERS[server]
   const { layout } = BUILDS[build]
   const home = buildHome(build)
@@ -168,7 +183,15 @@ async function startServer (server, dir, children) {
   })
   children.push(child)
   const prefix = LAYOUTS[layout] === '/' ? '' : LAYOUTS[layout]
-  await untilReady(`http://127.0.0.1:${management}${prefix}/health/ready`, child, 180_000)
+  const ready = async () => {
+    await untilReady(`http://127.0.0.1:${management}${prefix}/health/ready`, child, 180_000)
+    // the management interface may answer before the HTTP server has failed to bind its port
+    await untilReady(`http://127.0.0.1:${port}${prefix}/realms/master`, child, 30_000)
+  }
+  await ready().catch((err) => {
+    if (child.exitCode !== null && readFileSync(logFile, 'utf8').includes('Address already in use')) err.portTaken = true
+    throw err
+  })
   return { child, info: { server, layout, url: `http://127.0.0.1:${port}${prefix}`, pid: child.pid, log: logFile, ...https.info, ...hostname.info } }
 }
 
