@@ -159,6 +159,12 @@ function upstreamTlsOf (upper: string, set: Record<string, string>, o: RouteInpu
 function credentialOf (name: string, upper: string, set: Record<string, string>, o: RouteInput, credentials: Map<string, CredentialConfig>, problems: string[], warnings: string[]): CredentialConfig | undefined {
   const own = Object.fromEntries(Object.entries(set).filter(([setting]) => setting.startsWith('AUTH_') && !setting.startsWith('AUTH_EXCHANGE_')))
   const effective = { ...o.defaultAuth, ...own }
+  const inherited = secretsSentElsewhere(own, o.defaultAuth)
+  if (inherited.length > 0) {
+    const server = SERVER_SETTINGS.filter((setting) => setting in own).map((setting) => `ROUTE_${upper}_${setting}`).join(', ')
+    problems.push(`route ${name}: ${server} names another auth server than the default route's, which would be sent the default route's ${inherited.join(', ')}; set the route's own (${inherited.map((v) => `ROUTE_${upper}_${v}`).join(', ')}, or their _FILE)`)
+    return undefined
+  }
   const key = keyOf(effective)
   let base = credentials.get(key)
   if (base === undefined) {
@@ -212,6 +218,33 @@ function authOf (name: string, upper: string, data: Record<string, unknown>, o: 
     tls.names = { cert: named(tls.names.cert), key: named(tls.names.key), ca: named(tls.names.ca) }
   }
   return parsed
+}
+
+/** The settings that say which auth server (and realm) a credential's requests go to. */
+const SERVER_SETTINGS = ['AUTH_URL', 'AUTH_REALM', 'AUTH_TOKEN_URL', 'AUTH_ISSUER_URL', 'AUTH_DISCOVERY_URL']
+/** The settings whose values are sent to the auth server as they are: a password, a client secret, an assertion someone else issued. */
+const SENT_SECRETS = [
+  { variables: ['AUTH_PASSWORD', 'AUTH_PASSWORD_FILE'], sent: (grant: string, _clientAuth: string) => grant === 'password' },
+  { variables: ['AUTH_CLIENT_SECRET', 'AUTH_CLIENT_SECRET_FILE'], sent: (_grant: string, clientAuth: string) => ['client_secret_post', 'client_secret_basic', 'client_secret_jwt'].includes(clientAuth) },
+  { variables: ['AUTH_CLIENT_ASSERTION_FILE'], sent: (_grant: string, clientAuth: string) => clientAuth === 'federated_jwt' }
+]
+
+/**
+ * The default route's secrets that a route would send to an auth server of
+ * its own naming: a secret goes only to the server it was set beside. A
+ * route that names one of a secret's variables chose it.
+ */
+function secretsSentElsewhere (own: Record<string, string>, defaults: Record<string, unknown>): string[] {
+  const elsewhere = SERVER_SETTINGS.some((setting) => setting in own && own[setting] !== (defaults[setting] ?? ''))
+  if (!elsewhere) return []
+  const effective = (setting: string, fallback: string): string => String((setting in own ? own[setting] : defaults[setting]) || fallback)
+  if (effective('AUTH_MODE', 'oauth2') !== 'oauth2') return []
+  const grant = effective('AUTH_GRANT_TYPE', 'password')
+  const clientAuth = effective('AUTH_CLIENT_AUTH', 'client_secret_post')
+  const set = (v: string): boolean => defaults[v] !== undefined && defaults[v] !== ''
+  return SENT_SECRETS
+    .filter(({ variables, sent }) => sent(grant, clientAuth) && !variables.some((v) => v in own) && variables.some(set))
+    .map(({ variables }) => variables.find(set)!)
 }
 
 /** A credential's identity: its AUTH_* settings as set, in order. */

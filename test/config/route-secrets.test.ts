@@ -1,0 +1,40 @@
+import t from 'tap'
+import { ConfigError, loadConfig } from '../../src/config/load.js'
+
+const base = {
+  BASE_URL: 'http://api.internal',
+  AUTH_URL: 'https://sso.internal',
+  AUTH_CLIENT_ID: 'legacy-app',
+  AUTH_CLIENT_SECRET: 'default-client-secret-1',
+  AUTH_USERNAME: 'svc',
+  AUTH_PASSWORD: 'default-password-2',
+  ROUTE_OTHER_BASE_URL: 'http://other.internal',
+  ROUTE_OTHER_PATH: '/other'
+}
+
+function problems (env: Record<string, string>): readonly string[] {
+  try {
+    loadConfig({ ...base, ...env }, { cwd: '/nonexistent' })
+  } catch (err) {
+    if (err instanceof ConfigError) return err.problems
+    throw err
+  }
+  return []
+}
+
+t.test('a route that names its own auth server is refused while it would send it the default route\'s password and client secret', async (t) => {
+  const said = problems({ ROUTE_OTHER_AUTH_TOKEN_URL: 'https://elsewhere.example/token' })
+  t.same(said, ['route other: ROUTE_OTHER_AUTH_TOKEN_URL names another auth server than the default route\'s, which would be sent the default route\'s AUTH_PASSWORD, AUTH_CLIENT_SECRET; set the route\'s own (ROUTE_OTHER_AUTH_PASSWORD, ROUTE_OTHER_AUTH_CLIENT_SECRET, or their _FILE)'])
+  t.notMatch(said.join('\n'), /default-password-2|default-client-secret-1/, 'no secret value in the message')
+  for (const setting of ['AUTH_URL', 'AUTH_ISSUER_URL', 'AUTH_REALM']) {
+    t.match(problems({ [`ROUTE_OTHER_${setting}`]: setting === 'AUTH_REALM' ? 'other-realm' : 'https://elsewhere.example/realms/x' }).join('\n'), `ROUTE_OTHER_${setting} names another auth server`, `${setting} too`)
+  }
+  t.same(problems({ ROUTE_OTHER_AUTH_TOKEN_URL: 'https://elsewhere.example/token', ROUTE_OTHER_AUTH_GRANT_TYPE: 'client_credentials', ROUTE_OTHER_AUTH_USERNAME: '', ROUTE_OTHER_AUTH_PASSWORD: '' }).join('\n').match(/AUTH_CLIENT_SECRET;/)?.length, 1, 'only what the route would send: client_credentials sends no password')
+})
+
+t.test('controls: a route with its own server and its own secrets, or the default\'s server, is accepted', async (t) => {
+  t.same(problems({ ROUTE_OTHER_AUTH_TOKEN_URL: 'https://elsewhere.example/token', ROUTE_OTHER_AUTH_PASSWORD: 'p2', ROUTE_OTHER_AUTH_CLIENT_SECRET: 's2' }), [], 'its own secrets')
+  t.same(problems({ ROUTE_OTHER_AUTH_URL: 'https://sso.internal' }), [], 'the default route\'s own server, named again')
+  t.same(problems({ ROUTE_OTHER_AUTH_CLIENT_ID: 'other-app' }), [], 'another client on the same server')
+  t.same(problems({ ROUTE_OTHER_AUTH_TOKEN_URL: 'https://elsewhere.example/token', ROUTE_OTHER_AUTH_CLIENT_AUTH: 'private_key_jwt', ROUTE_OTHER_AUTH_CLIENT_KEY_FILE: '/nonexistent/key.pem', ROUTE_OTHER_AUTH_GRANT_TYPE: 'client_credentials' }).filter((p) => p.includes('another auth server')), [], 'a signed assertion sends no secret')
+})
