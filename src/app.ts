@@ -3,11 +3,13 @@ import type { AddressInfo } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import type pino from 'pino'
 import { buildAdmin } from './admin/server.js'
+import { boundConnections, descriptorLimit, fitConnections } from './connections.js'
 import { createMetrics, type Metrics } from './admin/metrics.js'
 import type { Config } from './config/load.js'
 import type { ProxyEvents } from './proxy/context.js'
 import type { ForwardCa } from './forward/ca.js'
 import type { ForwardProxy } from './forward/proxy.js'
+import { RequestBudget } from './proxy/request-budget.js'
 import { buildListener, type Listener } from './proxy/server.js'
 import { Route, type CertificateInUse } from './route.js'
 import { SecretScrubber } from './secrets.js'
@@ -28,6 +30,8 @@ export interface AppDeps {
   headersTimeoutMs?: number
   /** spans for requests and grants (startTracing's); none by default */
   tracing?: Tracing
+  /** replaces the process's file descriptor limit that the connection bounds fit in (tests); null: none */
+  descriptorLimit?: number | null
 }
 
 export interface App {
@@ -91,12 +95,13 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   const events = new EventEmitter<ProxyEvents>()
   const proxyLog = logger.child({ component: 'proxy' })
   const routeDeps = { config, credentials, tls, events, log: proxyLog, tracing }
+  const budget = new RequestBudget(config.proxy.maxRequests, config.bounds.routeMaxRequests)
 
   // PROXY_PORT serves the default route and the routes with a path; each
   // route with a port of its own has a listener of its own.
   const listen = (route: string): Listener => buildListener({
     route,
-    maxRequests: config.proxy.maxRequests,
+    budget,
     ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }),
     log: proxyLog,
     events
@@ -131,7 +136,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       settings,
       ca,
       routes,
-      listener: { maxRequests: config.proxy.maxRequests, ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }), log: proxyLog, events },
+      listener: { budget, ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }), log: proxyLog, events },
       ownPorts: () => servers.map((server) => (server().server.address() as AddressInfo | null)?.port ?? 0)
     })
     await proxy.register(routeDeps)
@@ -157,6 +162,11 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   })
   servers.push(() => main.app, () => admin, ...[...own.values()].map((listener) => () => listener.app))
   if (forward !== undefined) servers.push(() => forward.proxy.listener.app)
+  boundListeners(config, deps, logger, metrics, [
+    ['PROXY_PORT', main],
+    ...[...own].map(([route, listener]): [string, Listener] => [route.config.variables.port!, listener]),
+    ...(forward !== undefined ? [['FORWARD_PROXY_PORT', forward.proxy.listener] as [string, Listener]] : [])
+  ], admin)
 
   // The token lifecycles follow PROXY_PORT's listener: they start when it is ready.
   main.app.addHook('onReady', async () => {
@@ -217,6 +227,23 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       return closed
     }
   }
+}
+
+/**
+ * Bounds each listener's client connections (PROXY_MAX_CONNECTIONS,
+ * ADMIN_MAX_CONNECTIONS) within the file descriptor limit, which the upstream
+ * pools and the auth server need too; says so when the limit lowered them.
+ */
+function boundListeners (config: Config, deps: AppDeps, logger: pino.Logger, metrics: Metrics, proxies: Array<[string, Listener]>, admin: FastifyInstance): void {
+  const limit = deps.descriptorLimit === undefined ? descriptorLimit() : deps.descriptorLimit ?? undefined
+  const asked = { proxy: config.bounds.proxyConnections, admin: config.bounds.adminConnections }
+  const fitted = fitConnections({ ...asked, proxyListeners: proxies.length, upstreamConnections: config.routes.length * config.upstream.connections, limit })
+  if (fitted.proxy < asked.proxy || fitted.admin < asked.admin) {
+    logger.warn({ event: 'config', descriptorLimit: limit, proxyMaxConnections: fitted.proxy, adminMaxConnections: fitted.admin },
+      `the file descriptor limit (ulimit -n) ${String(limit)} holds ${fitted.proxy} client connections per proxy listener and ${fitted.admin} on the admin port, besides the upstream connections: raise the limit for PROXY_MAX_CONNECTIONS=${asked.proxy} and ADMIN_MAX_CONNECTIONS=${asked.admin}`)
+  }
+  for (const [variable, listener] of proxies) boundConnections(listener.app.server, fitted.proxy, metrics.countShed(variable))
+  boundConnections(admin.server, fitted.admin, metrics.countShed('ADMIN_PORT'))
 }
 
 /** A scrubber that knows the egress proxy's credentials from the start: they are in its URL, not in a secret file. */

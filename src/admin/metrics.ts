@@ -1,5 +1,6 @@
 import type { EventEmitter } from 'node:events'
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
+import type { ShedReason } from '../connections.js'
 import type { ForwardOutcome, ProxyEvents } from '../proxy/context.js'
 import type { UpstreamErrorReason } from '../proxy/failures.js'
 import { DPOP_REFUSALS } from '../token/challenge.js'
@@ -21,6 +22,8 @@ export interface Metrics {
   watchForwardProxy(events: EventEmitter<ProxyEvents>): void
   /** Reports a client certificate's expiry at each scrape: `certificate` is upstream or auth, `route` the route it serves. */
   watchCertificate(certificate: 'upstream' | 'auth', route: string, source: { readonly certificate: { notAfter: Date } | undefined }): void
+  /** What counts the connections a listener (named by its port's variable) closed to stay within its bound, from 0. */
+  countShed(listener: string): (reason: ShedReason) => void
 }
 
 const PREFIX = 'auth_sidecar_'
@@ -29,6 +32,7 @@ const LOGOUT_OUTCOMES: readonly LogoutOutcome[] = ['success', 'rejected', 'error
 const OUTCOMES: readonly GrantOutcome[] = ['success', 'rejected', 'error']
 const FORWARD_OUTCOMES: readonly ForwardOutcome[] = ['intercepted', 'tunnelled', 'refused']
 const UPSTREAM_ERROR_REASONS: readonly UpstreamErrorReason[] = ['unreachable', 'timeout', 'reset']
+const SHED_REASONS: readonly ShedReason[] = ['idle', 'full']
 
 /**
  * The sidecar's Prometheus metrics, fed by the events of the credentials and
@@ -103,6 +107,12 @@ export function createMetrics (routes: string[]): Metrics {
       }
     }
   })
+  const shed = new Counter({
+    name: `${PREFIX}connections_shed_total`,
+    help: 'Client connections closed to keep a listener within its bound (PROXY_MAX_CONNECTIONS, ADMIN_MAX_CONNECTIONS), by listener and reason: idle (the oldest idle one, for a new one), full (the new one, every place being busy).',
+    labelNames: ['listener', 'reason'] as const,
+    registers: [registry]
+  })
   const requests = new Histogram({
     name: `${PREFIX}proxy_request_duration_seconds`,
     help: 'Proxied requests by response status, with their duration in seconds.',
@@ -124,6 +134,10 @@ export function createMetrics (routes: string[]): Metrics {
     },
     watchCertificate (certificate, route, source) {
       certificates.push({ labels: { certificate, route }, source })
+    },
+    countShed (listener) {
+      for (const reason of SHED_REASONS) shed.inc({ listener, reason }, 0)
+      return (reason) => shed.inc({ listener, reason })
     },
     watchProxy (events) {
       events.on('response', (line) => requests.observe({ status: line.status, route: line.route }, line.durationMs / 1000))

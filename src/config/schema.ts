@@ -16,6 +16,8 @@ export const DEFAULT_AUTH_DPOP_ALG = 'ES256'
 export const DEFAULT_PROXY_HOST = '127.0.0.1'
 export const DEFAULT_PROXY_PORT = 8080
 export const DEFAULT_PROXY_MAX_REQUESTS = 1024
+export const DEFAULT_PROXY_MAX_CONNECTIONS = 1024
+export const DEFAULT_ADMIN_MAX_CONNECTIONS = 64
 export const DEFAULT_ADMIN_HOST = '0.0.0.0'
 export const DEFAULT_ADMIN_PORT = 9090
 export const DEFAULT_LOG_LEVEL = 'info'
@@ -89,13 +91,16 @@ export const properties = {
   AUTH_LOGOUT_ON_SHUTDOWN: { type: 'boolean', description: 'on SIGTERM, after the drain, end the auth server session (end-session endpoint, or RFC 7009 revocation), best effort within TOKEN_TIMEOUT_MS', default: DEFAULT_AUTH_LOGOUT_ON_SHUTDOWN },
   PROXY_HOST: text('address the proxy listens on; loopback so only the pod\'s containers can use it', { default: DEFAULT_PROXY_HOST }),
   PROXY_PORT: port('proxy port', DEFAULT_PROXY_PORT),
-  PROXY_MAX_REQUESTS: { type: 'integer', description: 'most requests in progress at once; beyond it 503 {"error":"overloaded"}', default: DEFAULT_PROXY_MAX_REQUESTS, minimum: 1, maximum: 1_000_000 },
+  PROXY_MAX_REQUESTS: { type: 'integer', description: 'most requests in progress at once, over all the proxy\'s listeners (PROXY_PORT, the routes\' own ports, FORWARD_PROXY_PORT); beyond it 503 {"error":"overloaded"}', default: DEFAULT_PROXY_MAX_REQUESTS, minimum: 1, maximum: 1_000_000 },
+  PROXY_ROUTE_MAX_REQUESTS: { type: 'integer', description: 'most of those one route may hold, so that a hung upstream cannot take the other routes\' places: beyond it that route alone answers 503 {"error":"overloaded"}; 0: half of PROXY_MAX_REQUESTS when there are named routes, all of it otherwise', default: 0, minimum: 0, maximum: 1_000_000 },
+  PROXY_MAX_CONNECTIONS: { type: 'integer', description: 'most client connections open at once on each proxy listener; a new one beyond it closes the oldest idle one, or is closed when none is idle; lowered at start to fit the file descriptor limit (ulimit -n)', default: DEFAULT_PROXY_MAX_CONNECTIONS, minimum: 1, maximum: 1_000_000 },
   FORWARD_PROXY_PORT: { type: 'integer', description: 'an HTTP forward proxy on PROXY_HOST at this port, for applications that cannot be pointed at the sidecar (HTTPS_PROXY=http://127.0.0.1:<port>): a request for a URL under a route\'s BASE_URL gets that route\'s credential; unset: off', minimum: 0, maximum: 65535 },
   FORWARD_PROXY_CA_CERT_FILE: text('the CA (PEM) that signs the certificates the forward proxy presents for the routes\' https hosts, which the application trusts; required with an https route (re-read when it changes)'),
   FORWARD_PROXY_CA_KEY_FILE: text('the private key of FORWARD_PROXY_CA_CERT_FILE, unencrypted PEM: EC P-256 or P-384, RSA or Ed25519 (re-read when it changes)'),
   FORWARD_PROXY_ALLOW: text('other destinations the application may reach through the forward proxy, untouched and without a credential: comma-separated host, *.domain, host:port or IP patterns; loopback, link-local and unspecified addresses only through an IP pattern'),
   ADMIN_HOST: text('address of the health, readiness and metrics listener', { default: DEFAULT_ADMIN_HOST }),
   ADMIN_PORT: port('admin port', DEFAULT_ADMIN_PORT),
+  ADMIN_MAX_CONNECTIONS: { type: 'integer', description: 'most connections open at once on the admin listener, which listens beyond the pod: the same shedding of idle ones as PROXY_MAX_CONNECTIONS', default: DEFAULT_ADMIN_MAX_CONNECTIONS, minimum: 1, maximum: 65535 },
   LOG_LEVEL: text('pino log level; debug adds each token request and answer, retry decisions and upstream connection events', { enum: LOG_LEVELS, default: DEFAULT_LOG_LEVEL }),
   ACCESS_LOG: { type: 'boolean', description: 'one log line per proxied request; false keeps only token and error events', default: DEFAULT_ACCESS_LOG },
   UPSTREAM_TIMEOUT_MS: millis('longest wait for the upstream\'s response headers, a wait for a free connection included, then 504', DEFAULT_UPSTREAM_TIMEOUT_MS),

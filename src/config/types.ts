@@ -136,6 +136,8 @@ export interface Config {
   }
   proxy: { host: string, port: number, maxRequests: number, websocketMaxMessageBytes: number }
   admin: { host: string, port: number }
+  /** what one client can hold: PROXY_ROUTE_MAX_REQUESTS (resolved), PROXY_MAX_CONNECTIONS, ADMIN_MAX_CONNECTIONS */
+  bounds: { routeMaxRequests: number, proxyConnections: number, adminConnections: number }
   logLevel: LogLevel
   accessLog: boolean
   shutdownGraceMs: number

@@ -2,6 +2,7 @@ import type { Socket } from 'node:net'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { sendError } from './replies.js'
+import type { RequestBudget } from './request-budget.js'
 
 /**
  * Unanswered requests one connection may have; the next one is answered 503
@@ -15,6 +16,8 @@ declare module 'fastify' {
     sidecarOnLine: boolean
     /** counted among the requests in progress */
     sidecarCounted: boolean
+    /** the route whose share it was counted in, if any */
+    sidecarCountedFor: string | undefined
   }
 }
 
@@ -25,11 +28,12 @@ interface Connection {
 }
 
 /**
- * Bounds the work a client can make: at most `maxRequests` requests in
- * progress over all connections, and at most PIPELINE_DEPTH unanswered
- * requests on one connection. Beyond either, the request is answered at
- * once, `503 {"error":"overloaded"}`, and never forwarded. WebSocket
- * handshakes are requests like any other until they are answered.
+ * Bounds the work a client can make on one listener: the requests in
+ * progress within the sidecar's budget (all listeners', and the route's
+ * share of it), and at most PIPELINE_DEPTH unanswered requests on one
+ * connection. Beyond either, the request is answered at once, `503
+ * {"error":"overloaded"}`, and never forwarded. WebSocket handshakes are
+ * requests like any other until they are answered.
  *
  * A connection that pipelines further ahead than PIPELINE_DEPTH is closed
  * after its earlier answers, as nginx and Envoy do. Its extra requests are
@@ -43,18 +47,18 @@ interface Connection {
  * request on it.
  */
 export class Admission {
-  readonly #maxRequests: number
-  #inProgress = 0
+  readonly #budget: RequestBudget
   readonly #connections = new WeakMap<Socket, Connection>()
 
-  constructor (maxRequests: number) {
-    this.#maxRequests = maxRequests
+  constructor (budget: RequestBudget) {
+    this.#budget = budget
   }
 
   /** The listener's hooks. */
   readonly plugin = fp(async (app: FastifyInstance) => {
     app.decorateRequest('sidecarOnLine', false)
     app.decorateRequest('sidecarCounted', false)
+    app.decorateRequest('sidecarCountedFor', undefined)
     app.addHook('onRequest', (request, reply, done) => {
       const connection = this.#connection(request.raw.socket)
       connection.unanswered++
@@ -62,9 +66,10 @@ export class Admission {
       // Refused before it is counted: one flooding connection cannot take the
       // places of the others.
       if (connection.unanswered > PIPELINE_DEPTH) return sendError(reply, 'overloaded', { retryAfter: 1, close: true })
-      if (this.#inProgress >= this.#maxRequests) return sendError(reply, 'overloaded', { retryAfter: 1 })
-      this.#inProgress++
+      const route = request.routeOptions.config.sidecarRoute
+      if (!this.#budget.take(route)) return sendError(reply, 'overloaded', { retryAfter: 1 })
       request.sidecarCounted = true
+      request.sidecarCountedFor = route
       done()
     })
     // A pipelined request still queued when its client leaves gets no 'close'
@@ -77,7 +82,7 @@ export class Admission {
   leave (request: FastifyRequest): void {
     if (request.sidecarCounted) {
       request.sidecarCounted = false
-      this.#inProgress--
+      this.#budget.give(request.sidecarCountedFor)
     }
     if (request.sidecarOnLine) {
       request.sidecarOnLine = false
@@ -91,13 +96,12 @@ export class Admission {
    * or undefined when the sidecar is full.
    */
   hold (): (() => void) | undefined {
-    if (this.#inProgress >= this.#maxRequests) return undefined
-    this.#inProgress++
+    if (!this.#budget.take(undefined)) return undefined
     let held = true
     return () => {
       if (!held) return
       held = false
-      this.#inProgress--
+      this.#budget.give(undefined)
     }
   }
 

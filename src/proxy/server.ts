@@ -11,6 +11,7 @@ import { clientErrors } from './client-errors.js'
 import type { ProxyEvents } from './context.js'
 import { guard, REFUSED_METHODS } from './guard.js'
 import { REQUEST_ID } from './headers.js'
+import type { RequestBudget } from './request-budget.js'
 import { sendError } from './replies.js'
 import { routeUpgrades } from './upgrade.js'
 import { WebSocketSessions } from './websocket.js'
@@ -18,8 +19,8 @@ import { WebSocketSessions } from './websocket.js'
 export interface ListenerOptions {
   /** the route of what no route takes (the default route's on PROXY_PORT, a port route's own) */
   route: string
-  /** most requests in progress at once (PROXY_MAX_REQUESTS) */
-  maxRequests: number
+  /** the requests in progress over all listeners, and each route's (PROXY_MAX_REQUESTS, PROXY_ROUTE_MAX_REQUESTS) */
+  budget: RequestBudget
   /** how long a client may take to send its request headers; 60 s, shorter in tests */
   headersTimeoutMs?: number
   log: pino.Logger
@@ -134,7 +135,7 @@ export function buildListener (o: ListenerOptions): Listener {
     app.setNotFoundHandler(o.forward.notFound)
   }
 
-  const admission = new Admission(o.maxRequests)
+  const admission = new Admission(o.budget)
   const websockets = new WebSocketSessions()
   app.decorate('sidecarAdmission', admission)
   app.decorate('sidecarWebSockets', websockets)

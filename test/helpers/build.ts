@@ -33,7 +33,7 @@ export interface Harness {
  * sidecar dials (the issuer's own unless it has a public URL) and
  * `{tokenUrl}` its token endpoint there. `deps.faults` are queued before the start.
  */
-export async function build (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}, deps: { headersTimeoutMs?: number, faults?: Fault[], upstreamTls?: ConstructorParameters<typeof FakeUpstream>[1], tracing?: Tracing } = {}): Promise<Harness> {
+export async function build (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}, deps: { headersTimeoutMs?: number, faults?: Fault[], upstreamTls?: ConstructorParameters<typeof FakeUpstream>[1], tracing?: Tracing, descriptorLimit?: number } = {}): Promise<Harness> {
   const tokenServer = new TokenServer({
     clients: { 'legacy-app': CLIENT_SECRET },
     users: { 'service-user': PASSWORD },
@@ -63,7 +63,7 @@ export async function build (t: Test, env: Record<string, string> = {}, tokenOpt
   }, { cwd: '/nonexistent' })
   tokenServer.faults.push(...(deps.faults ?? []))
   const log = captureLogger()
-  const app = await buildApp(config, { logger: log.logger, ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }), ...(deps.tracing !== undefined && { tracing: deps.tracing }) })
+  const app = await buildApp(config, { logger: log.logger, ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }), ...(deps.tracing !== undefined && { tracing: deps.tracing }), ...(deps.descriptorLimit !== undefined && { descriptorLimit: deps.descriptorLimit }) })
   const { proxy, admin, routes, forward } = await app.listen()
   t.teardown(async () => {
     await app.close(500)
