@@ -47,6 +47,13 @@ export class Attempt {
   #release: Release = noop
   /** what cuts the try under way, once it is */
   #cancel: ((reason: Error) => void) | undefined
+  /**
+   * a try handed to the transport that has not started yet (undici is
+   * opening a connection for it): its place is kept until it starts or
+   * fails, so that a request given up meanwhile does not pass its place on
+   * while undici still holds it, and so open a connection for another
+   */
+  #pending = false
   /** why the attempt was given up, once it was */
   #abandoned: Error | undefined
   #replayed = false
@@ -85,10 +92,17 @@ export class Attempt {
     }, () => Admission.hasLeft(this.#request))
   }
 
-  /** The try is under way: `cancel` cuts it, at once should the attempt have been given up already. */
+  /**
+   * The try is under way: `cancel` cuts it, at once should the attempt have
+   * been given up already, or its client have left (its end read, its
+   * departure not told yet): nothing is sent for a client that has gone.
+   */
   underway (cancel: (reason: Error) => void): void {
+    this.#pending = false
     this.#cancel = cancel
     if (this.#abandoned !== undefined) cancel(this.#abandoned)
+    else if (!this.#over && Admission.hasLeft(this.#request)) cancel(new ClientGoneError())
+    if (this.#over) this.#release()
   }
 
   /**
@@ -128,7 +142,11 @@ export class Attempt {
 
   /** A failure before the upstream's answer: the sidecar's 502 or 504, or nothing when the client has gone. */
   failed (err: unknown): void {
-    if (this.#over) return
+    if (this.#over) {
+      // the transport is done with a try given up before it started
+      this.#pending = false
+      return this.#release()
+    }
     this.finish()
     const cause = this.#abandoned ?? err
     if (cause instanceof ClientGoneError || isClientGone(this.#reply.raw) || this.#request.raw.socket?.destroyed === true) return
@@ -140,7 +158,7 @@ export class Attempt {
     this.#over = true
     clearTimeout(this.#deadline)
     this.#unwatch()
-    this.#release()
+    if (!this.#pending) this.#release()
   }
 
   get over (): boolean {
@@ -160,14 +178,18 @@ export class Attempt {
   #try (): void {
     const { upstream, credential } = this.#o
     this.#cancel = undefined
+    // its end may have been read with the request: no connection is opened for a client that has gone
+    if (Admission.hasLeft(this.#request)) return this.#abandon(new ClientGoneError())
     const unusable = upstream.unusable()
     if (unusable !== undefined) return this.failed(new CertificateUnusableError(unusable))
     this.#authorization = forConnection(this.#authorization, upstream, credential)
     const connection = upstream.connectionFor(this.#authorization.certificate)
     if (connection === undefined) return this.#reauthorize()
     try {
+      this.#pending = true
       this.#transport.send(this.#authorization, connection)
     } catch (err) {
+      this.#pending = false
       this.failed(err)
     }
   }
