@@ -79,9 +79,19 @@ class OtelTracing implements Tracing {
     return span === undefined ? undefined : idsOf(span.spanContext())
   }
 
-  async shutdown (): Promise<void> {
-    // an exporter that cannot be reached says so through the SDK's own diagnostics; it never holds up the exit
-    await this.#sdk.shutdown().catch(() => {})
+  async shutdown (withinMs: number): Promise<boolean> {
+    // An exporter that cannot be reached says so through the SDK's own
+    // diagnostics. One that never answers would hold the exit for its own
+    // timeout (10 s by default): the wait ends at `withinMs`, and the export
+    // still under way ends with the process.
+    let timer: NodeJS.Timeout | undefined
+    const late = new Promise<boolean>((resolve) => { timer = setTimeout(() => resolve(false), Math.max(0, withinMs)) })
+    const sent = this.#sdk.shutdown().then(() => true, () => true)
+    try {
+      return await Promise.race([sent, late])
+    } finally {
+      clearTimeout(timer)
+    }
   }
 }
 

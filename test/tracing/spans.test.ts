@@ -9,7 +9,7 @@ import { build, CLIENT_SECRET, PASSWORD, send, until, type Harness } from '../he
 // and looks at the spans of its own traces.
 const exporter = new InMemorySpanExporter()
 const tracing = startOtel({ serviceName: 'auth-sidecar', spanProcessors: [new SimpleSpanProcessor(exporter)] })
-t.teardown(async () => await tracing.shutdown())
+t.teardown(async () => await tracing.shutdown(10_000))
 
 const CLIENT_TRACE = '0af7651916cd43dd8448eb211c80319c'
 const CLIENT_SPAN = 'b7ad6b7169203331'
