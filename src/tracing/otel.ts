@@ -235,9 +235,12 @@ function tracedFetch<F extends Fetch> (tracer: Tracer, grant: Span, fetch: F): F
   return traced as F
 }
 
-/** The stable HTTP client attributes of a request to `origin` and `path` (never a query). */
+/**
+ * The stable HTTP client attributes of a request to `origin` and `path`:
+ * `url.full` is the two together, scheme, authority and path, never a query.
+ */
 function clientAttributes (method: string, origin: string, path: string, resendCount: number): Attributes {
-  const attributes: Attributes = { 'http.request.method': method, ...serverAttributes(origin), 'url.path': path }
+  const attributes: Attributes = { 'http.request.method': method, ...serverAttributes(origin), 'url.full': origin + path, 'url.path': path }
   if (resendCount > 0) attributes['http.request.resend_count'] = resendCount
   return attributes
 }
