@@ -58,8 +58,9 @@ try {
 process.on('SIGUSR1', () => { logger.warn({ signal: 'SIGUSR1' }, 'SIGUSR1 ignored: no debugger is opened on a signal') })
 
 // app.close() cuts what is in progress at the end of the grace period and
-// ends the session within TOKEN_TIMEOUT_MS, and tracing's last export is
-// given what is left before this backstop, should something hang after that.
+// ends the session within TOKEN_TIMEOUT_MS; tracing's last export gets a
+// budget that ends before this backstop, which is only for something that
+// hangs nonetheless.
 const backstopMs = config.shutdownGraceMs + config.token.timeoutMs + 2_000
 closeWithGrace({
   delay: backstopMs,
