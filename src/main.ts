@@ -5,7 +5,7 @@ import { TlsFileError } from './config/pem.js'
 import { ConfigError, loadConfig, type Config } from './config/load.js'
 import { createLogger } from './logger.js'
 import { runCheck } from './check/run.js'
-import { startTracing } from './tracing/tracing.js'
+import { flushBudgetMs, startTracing } from './tracing/tracing.js'
 import { usage } from './usage.js'
 import { VERSION } from './version.js'
 
@@ -57,18 +57,22 @@ try {
 // the pod: the sidecar opens no debugger on a signal.
 process.on('SIGUSR1', () => { logger.warn({ signal: 'SIGUSR1' }, 'SIGUSR1 ignored: no debugger is opened on a signal') })
 
+// app.close() cuts what is in progress at the end of the grace period and
+// ends the session within TOKEN_TIMEOUT_MS; tracing's last export gets a
+// budget that ends before this backstop, which is only for something that
+// hangs nonetheless.
+const backstopMs = config.shutdownGraceMs + config.token.timeoutMs + 2_000
 closeWithGrace({
-  // app.close() cuts what is in progress at the end of the grace period and
-  // ends the session within TOKEN_TIMEOUT_MS; this is only the backstop
-  // should something hang after that.
-  delay: config.shutdownGraceMs + config.token.timeoutMs + 2_000,
+  delay: backstopMs,
   logger: { error: (msg: unknown) => logger.error({ detail: String(msg) }, 'shutdown') }
 }, async ({ signal, err }) => {
+  const signalled = performance.now()
   if (err !== undefined) logger.error({ err }, 'unexpected error: shutting down')
   else logger.info({ signal, graceMs: config.shutdownGraceMs }, 'shutting down: finishing in-flight requests')
   await app.close()
-  // the spans of the last requests and of the session's end
-  await tracing.shutdown()
+  // the spans of the last requests and of the session's end, within the shutdown's budget
+  const withinMs = Math.round(flushBudgetMs(config.shutdownGraceMs, backstopMs, performance.now() - signalled))
+  if (!await tracing.shutdown(withinMs)) logger.warn({ withinMs }, 'tracing: the exporter did not finish sending the last spans in time; they are dropped')
   logger.info({}, 'stopped')
   logger.flush()
 })

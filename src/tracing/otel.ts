@@ -79,9 +79,19 @@ class OtelTracing implements Tracing {
     return span === undefined ? undefined : idsOf(span.spanContext())
   }
 
-  async shutdown (): Promise<void> {
-    // an exporter that cannot be reached says so through the SDK's own diagnostics; it never holds up the exit
-    await this.#sdk.shutdown().catch(() => {})
+  async shutdown (withinMs: number): Promise<boolean> {
+    // An exporter that cannot be reached says so through the SDK's own
+    // diagnostics. One that never answers would hold the exit for its own
+    // timeout (10 s by default): the wait ends at `withinMs`, and the export
+    // still under way ends with the process.
+    let timer: NodeJS.Timeout | undefined
+    const late = new Promise<boolean>((resolve) => { timer = setTimeout(() => resolve(false), Math.max(0, withinMs)) })
+    const sent = this.#sdk.shutdown().then(() => true, () => true)
+    try {
+      return await Promise.race([sent, late])
+    } finally {
+      clearTimeout(timer)
+    }
   }
 }
 
@@ -225,9 +235,12 @@ function tracedFetch<F extends Fetch> (tracer: Tracer, grant: Span, fetch: F): F
   return traced as F
 }
 
-/** The stable HTTP client attributes of a request to `origin` and `path` (never a query). */
+/**
+ * The stable HTTP client attributes of a request to `origin` and `path`:
+ * `url.full` is the two together, scheme, authority and path, never a query.
+ */
 function clientAttributes (method: string, origin: string, path: string, resendCount: number): Attributes {
-  const attributes: Attributes = { 'http.request.method': method, ...serverAttributes(origin), 'url.path': path }
+  const attributes: Attributes = { 'http.request.method': method, ...serverAttributes(origin), 'url.full': origin + path, 'url.path': path }
   if (resendCount > 0) attributes['http.request.resend_count'] = resendCount
   return attributes
 }

@@ -70,8 +70,11 @@ export interface Tracing {
   grant(credential: object, route: string, grantType: string): GrantSpan
   /** The ids of `credential`'s latest grant, for its token log lines. */
   grantIds(credential: object): TraceIds | undefined
-  /** Sends the spans still held, and stops. */
-  shutdown(): Promise<void>
+  /**
+   * Sends the spans still held, and stops, waiting `withinMs` at most:
+   * resolves false when the exporter had not finished by then.
+   */
+  shutdown(withinMs: number): Promise<boolean>
 }
 
 declare module 'fastify' {
@@ -93,7 +96,25 @@ export const NO_TRACING: Tracing = {
   instrumentRoute () {},
   grant () { return NO_GRANT_SPAN },
   grantIds () { return undefined },
-  async shutdown () {}
+  async shutdown () { return true }
+}
+
+/** The least time the spans still held get at shutdown, grace period over or not: a collector in the pod answers in milliseconds. */
+export const FLUSH_MIN_MS = 1_000
+
+/** What is kept free before the shutdown's backstop, for the last log lines and the exit. */
+export const FLUSH_BACKSTOP_MARGIN_MS = 500
+
+/**
+ * How long tracing may take to send its last spans at shutdown, `elapsedMs`
+ * after the signal: what is left of the grace period, or FLUSH_MIN_MS when
+ * less is left (requests ran to its end, the session took its time), and
+ * never into the last FLUSH_BACKSTOP_MARGIN_MS before the backstop kills
+ * the process at `backstopMs`.
+ */
+export function flushBudgetMs (graceMs: number, backstopMs: number, elapsedMs: number): number {
+  const wanted = Math.max(graceMs - elapsedMs, FLUSH_MIN_MS)
+  return Math.max(0, Math.min(wanted, backstopMs - FLUSH_BACKSTOP_MARGIN_MS - elapsedMs))
 }
 
 let loaded = false

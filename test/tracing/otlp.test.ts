@@ -16,9 +16,9 @@ const QUERY_SECRET = 'query-not-for-spans-4e2d'
 
 /** The span attributes of the stable HTTP semantic conventions the sidecar writes, and nothing else. */
 const SERVER_ATTRIBUTES = ['auth_sidecar.route', 'http.request.method', 'http.response.status_code', 'network.peer.address', 'server.port', 'url.path', 'url.scheme']
-const CLIENT_ATTRIBUTES = ['http.request.method', 'http.response.status_code', 'server.address', 'server.port', 'url.path', 'url.scheme']
-/** Names of the older, experimental conventions: none may appear. */
-const OLD_NAMES = ['http.method', 'http.url', 'http.target', 'http.status_code', 'http.scheme', 'net.peer.name', 'net.peer.port', 'net.host.port', 'url.full', 'url.query']
+const CLIENT_ATTRIBUTES = ['http.request.method', 'http.response.status_code', 'server.address', 'server.port', 'url.full', 'url.path', 'url.scheme']
+/** Names of the older, experimental conventions, and the query's: none may appear. */
+const OLD_NAMES = ['http.method', 'http.url', 'http.target', 'http.status_code', 'http.scheme', 'net.peer.name', 'net.peer.port', 'net.host.port', 'url.query']
 
 interface Stand {
   receiver: OtlpReceiver
@@ -91,11 +91,15 @@ t.test('OTLP/JSON: a request that waited for the grant links to the grant\'s spa
   t.same(Object.keys(client.attributes).sort(), CLIENT_ATTRIBUTES, 'CLIENT: the stable HTTP attribute names')
   t.match(client.attributes, { 'http.request.method': 'GET', 'url.path': '/api/orders/7', 'server.address': '127.0.0.1', 'server.port': Number(new URL(upstream.url).port), 'http.response.status_code': 200 }, 'CLIENT: what went upstream')
   t.match(grant.attributes, { 'auth_sidecar.grant_type': 'password', 'auth_sidecar.route': 'default', 'auth_sidecar.outcome': 'success' }, 'INTERNAL: the grant and its outcome')
+  t.equal(client.attributes['url.full'], `${upstream.url}/api/orders/7`, 'CLIENT: url.full, scheme, authority and path, without the query')
   t.match(tokenRequest.attributes, { 'http.request.method': 'POST', 'url.path': tokenServer.tokenPath, 'http.response.status_code': 200 }, 'the token request: a CLIENT span under the grant')
+  t.equal(tokenRequest.attributes['url.full'], `${tokenServer.url}${tokenServer.tokenPath}`, 'the token request\'s url.full')
   t.equal(server.resource['service.name'], 'auth-sidecar', 'the resource: the service\'s name')
   for (const s of spans) {
     const old = OLD_NAMES.filter((name) => name in s.attributes)
-    t.same(old, [], `${s.kind} ${s.name}: no name of the older conventions, no full URL, no query`)
+    t.same(old, [], `${s.kind} ${s.name}: no name of the older conventions, no query`)
+    t.equal('url.full' in s.attributes, s.kind === 'CLIENT', `${s.kind} ${s.name}: url.full on CLIENT spans only`)
+    if (s.kind === 'CLIENT') t.notMatch(String(s.attributes['url.full']), /[?#]/, `${s.name}: url.full without a query`)
   }
 
   const text = receiver.jsonText()
