@@ -17,7 +17,7 @@ import { sendError } from '../proxy/replies.js'
 import { buildListener, HEADERS_TIMEOUT_MS, type Listener, type ListenerOptions } from '../proxy/server.js'
 import { isUpgrade } from '../proxy/upgrade.js'
 import type { ForwardCa } from './ca.js'
-import { absoluteTarget, allowing, checkedAddress, connectTarget, destinationOf, ForbiddenAddressError, type Destination } from './destinations.js'
+import { absoluteTarget, allowing, checkedAddress, connectTarget, destinationOf, ForbiddenAddressError, type Destination, type Lookup } from './destinations.js'
 
 /** The route of what the forward proxy serves without a route: the access line's and the metrics' label. */
 export const UNROUTED = '-'
@@ -46,6 +46,8 @@ export interface ForwardProxyOptions {
   listener: Omit<ListenerOptions, 'route' | 'forward'>
   /** the ports the sidecar listens on, which an allowed name never reaches on this host */
   ownPorts: () => readonly number[]
+  /** replaces the resolver of allowed names (tests) */
+  lookup?: Lookup
 }
 
 /**
@@ -103,7 +105,7 @@ export class ForwardProxy {
         const port = options.port === '' ? (options.protocol === 'https:' ? 443 : 80) : Number(options.port)
         const pattern = allowing(o.settings.allow, { hostname, port })
         if (pattern === undefined) return callback(new ForbiddenAddressError(), null)
-        checkedAddress({ hostname, port }, pattern, o.ownPorts).then(
+        checkedAddress({ hostname, port }, pattern, o.ownPorts, o.lookup).then(
           (address) => connector({ ...options, hostname: address, ...(isIP(hostname) === 0 && { servername: hostname }) }, callback),
           (err: Error) => callback(err, null))
       }
@@ -337,7 +339,7 @@ export class ForwardProxy {
       events.emit('upstream_error', { route: UNROUTED, ...failure })
       refuse(failure.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable', destination)
     }
-    checkedAddress(destination, pattern, this.#o.ownPorts).then((address) => {
+    checkedAddress(destination, pattern, this.#o.ownPorts, this.#o.lookup).then((address) => {
       if (socket.destroyed) return release()
       const upstream = netConnect({ host: address, port: destination.port })
       this.#tunnels.add(upstream)
