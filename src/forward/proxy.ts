@@ -17,7 +17,7 @@ import { sendError } from '../proxy/replies.js'
 import { buildListener, HEADERS_TIMEOUT_MS, type Listener, type ListenerOptions } from '../proxy/server.js'
 import { isUpgrade } from '../proxy/upgrade.js'
 import type { ForwardCa } from './ca.js'
-import { absoluteTarget, allowing, checkedAddress, connectTarget, destinationOf, ForbiddenAddressError, type Destination, type Lookup } from './destinations.js'
+import { absoluteTarget, allowing, canonicalAddress, checkedAddress, connectTarget, destinationOf, ForbiddenAddressError, type Destination, type Lookup } from './destinations.js'
 
 /** The route of what the forward proxy serves without a route: the access line's and the metrics' label. */
 export const UNROUTED = '-'
@@ -67,6 +67,8 @@ export class ForwardProxy {
   readonly #o: ForwardProxyOptions
   /** the routes by origin: the destinations that get a credential */
   readonly #origins = new Map<string, Route[]>()
+  /** the hosts of the https routes (hostKey), never asked over plain HTTP */
+  readonly #secureHosts = new Set<string>()
   readonly #asked = new WeakMap<IncomingMessage, Asked>()
   readonly #intercepted = new WeakMap<Duplex, Interception>()
   readonly #tunnels = new Set<Socket>()
@@ -80,6 +82,7 @@ export class ForwardProxy {
       const list = this.#origins.get(route.config.origin) ?? []
       list.push(route)
       this.#origins.set(route.config.origin, list)
+      if (route.config.origin.startsWith('https:')) this.#secureHosts.add(hostKey(new URL(route.config.origin).hostname))
     }
     this.#headersTimeoutMs = o.listener.headersTimeoutMs ?? HEADERS_TIMEOUT_MS
     this.listener = buildListener({
@@ -153,6 +156,10 @@ export class ForwardProxy {
         asked = { refusal: 'bad_request', target: '/' }
       } else if (absolute.scheme === 'https' && this.#origins.has(absolute.destination.origin)) {
         // the credential would be added to a request the application sent in clear
+        asked = { destination: absolute.destination, refusal: 'destination_not_allowed', target: absolute.target }
+      } else if (absolute.scheme === 'http' && !this.#origins.has(absolute.destination.origin) && this.#secureHosts.has(hostKey(absolute.destination.hostname))) {
+        // an https route's host in clear, on any port, whatever FORWARD_PROXY_ALLOW says:
+        // the application's own Authorization would go out unencrypted to the API it is for
         asked = { destination: absolute.destination, refusal: 'destination_not_allowed', target: absolute.target }
       } else {
         asked = { destination: absolute.destination, target: absolute.target }
@@ -382,3 +389,9 @@ export class ForwardProxy {
 }
 
 const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n'
+
+/** A host as the machine it names, whatever its spelling: an IP address canonical (IPv4-mapped as IPv4), a name without its trailing dot. */
+function hostKey (hostname: string): string {
+  const host = hostname.startsWith('[') ? hostname.slice(1, -1) : hostname
+  return canonicalAddress(host)?.address ?? host.replace(/\.$/, '')
+}

@@ -340,3 +340,32 @@ t.test('each CONNECT and each request for another destination counts one outcome
   t.same(await forwardCounts(h.adminUrl), { intercepted: 0, tunnelled: 1, refused: 2, unreachable: 0, timeout: 0, reset: 0 }, 'a request passed on is tunnelled once')
 })
 
+t.test('an https route\'s host asked over plain HTTP is 403 even when FORWARD_PROXY_ALLOW names it; the application\'s Authorization never goes out', async (t) => {
+  // the route's host is 127.0.0.1: a plain server on it, on another port than the route's upstream
+  const other = await recordingServer(t, '127.0.0.1')
+  const h = await forwardSidecar(t, { FORWARD_PROXY_ALLOW: '127.0.0.1,::ffff:127.0.0.1' })
+  const before = h.upstream.received.length
+  const routePort = new URL(h.upstreamOrigin).port
+  const otherPort = new URL(other.origin).port
+  const headers = 'Authorization: Bearer the-applications-own\r\n\r\n'
+  for (const url of [
+    `http://127.0.0.1:${routePort}/api/x`,
+    `http://127.0.0.1:${otherPort}/`,
+    `http://[::ffff:127.0.0.1]:${otherPort}/`,
+    `http://[0:0:0:0:0:ffff:7f00:1]:${otherPort}/`,
+    `http://2130706433:${otherPort}/`,
+    `http://127.0.0.1.:${otherPort}/`
+  ]) {
+    const answer = await rawRequest(h.forwardPort, `GET ${url} HTTP/1.1\r\nHost: x\r\n${headers}`)
+    t.equal(statusOf(answer), 403, `${url}: ${answer}`)
+    t.match(answer, /"error":"destination_not_allowed"/)
+  }
+  t.equal(h.upstream.received.length, before, 'nothing reached the route\'s upstream')
+  t.equal(other.received.length, 0, 'nor any other port of its host')
+  t.equal(await metric(h.adminUrl, 'auth_sidecar_forward_connections_total{outcome="refused"}'), 6)
+
+  // the blind tunnel stays open to the same host: what goes inside is the application's TLS
+  const { head, socket } = await connectThrough(h.forwardPort, `127.0.0.1:${otherPort}`)
+  socket.destroy()
+  t.equal(statusOf(head), 200, 'a CONNECT to another port of the host, allowed, is tunnelled')
+})
