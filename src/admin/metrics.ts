@@ -146,11 +146,13 @@ export function createMetrics (routes: string[]): Metrics {
     watchForwardProxy (events) {
       const connections = new Counter({
         name: `${PREFIX}forward_connections_total`,
-        help: 'What the forward proxy did with each CONNECT and each request for a destination no route has: intercepted (TLS terminated, a route\'s credential added), tunnelled (allowed, passed untouched), refused.',
+        help: 'What the forward proxy did with each CONNECT and each request for a destination no route has, one outcome each: intercepted (TLS terminated, a route\'s credential added), tunnelled (allowed, passed untouched, whether the destination answered or not; a failure is also in upstream_errors_total), refused.',
         labelNames: ['outcome'] as const,
         registers: [registry]
       })
       for (const outcome of FORWARD_OUTCOMES) connections.inc({ outcome }, 0)
+      // what the forward proxy passes on untouched fails under its label for no route, `-`
+      for (const reason of UPSTREAM_ERROR_REASONS) upstreamErrors.inc({ reason, route: '-' }, 0)
       events.on('forward_connection', (outcome) => connections.inc({ outcome }))
     }
   }

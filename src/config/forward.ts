@@ -108,6 +108,8 @@ function allowPattern (entry: string): AllowPattern | undefined {
   else if (isIP(entry) !== 6 && entry.includes(':')) [host, port] = [entry.slice(0, entry.lastIndexOf(':')), entry.slice(entry.lastIndexOf(':') + 1)]
   if (port !== undefined && (!/^\d{1,5}$/.test(port) || Number(port) < 1 || Number(port) > 65535)) return undefined
   const withPort = port === undefined ? {} : { port: Number(port) }
+  // an address with a zone (fe80::1%eth0) names an interface's link, not a destination
+  if (host.includes('%')) return undefined
   if (isIP(host) !== 0) return { host: normalizeIp(host), kind: 'ip', ...withPort }
   if (bracketed !== null) return undefined
   if (host.startsWith('*.') && HOST.test(host.slice(2))) return { host: host.slice(2), kind: 'domain', ...withPort }

@@ -4,19 +4,20 @@ import { connect as netConnect, isIP, type Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import { TLSSocket } from 'node:tls'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { Agent, buildConnector, errors as undiciErrors, type Dispatcher } from 'undici'
+import { Agent, buildConnector, type Dispatcher } from 'undici'
 import type { Config } from '../config/load.js'
 import type { ForwardSettings } from '../config/types.js'
 import { ERRORS, type ErrorCode } from '../errors.js'
 import type { Route, RouteDeps } from '../route.js'
 import type { AccessLine } from '../proxy/access-log.js'
 import { answerOnSocket } from '../proxy/client-errors.js'
+import { upstreamFailure } from '../proxy/failures.js'
 import { relayedResponseHeaders, untouchedHeaders } from '../proxy/headers.js'
 import { sendError } from '../proxy/replies.js'
 import { buildListener, HEADERS_TIMEOUT_MS, type Listener, type ListenerOptions } from '../proxy/server.js'
 import { isUpgrade } from '../proxy/upgrade.js'
 import type { ForwardCa } from './ca.js'
-import { absoluteTarget, allowing, checkedAddress, connectTarget, destinationOf, ForbiddenAddressError, type Destination } from './destinations.js'
+import { absoluteTarget, allowing, canonicalAddress, checkedAddress, connectTarget, destinationOf, ForbiddenAddressError, type Destination, type Lookup } from './destinations.js'
 
 /** The route of what the forward proxy serves without a route: the access line's and the metrics' label. */
 export const UNROUTED = '-'
@@ -45,6 +46,8 @@ export interface ForwardProxyOptions {
   listener: Omit<ListenerOptions, 'route' | 'forward'>
   /** the ports the sidecar listens on, which an allowed name never reaches on this host */
   ownPorts: () => readonly number[]
+  /** replaces the resolver of allowed names (tests) */
+  lookup?: Lookup
 }
 
 /**
@@ -64,6 +67,8 @@ export class ForwardProxy {
   readonly #o: ForwardProxyOptions
   /** the routes by origin: the destinations that get a credential */
   readonly #origins = new Map<string, Route[]>()
+  /** the hosts of the https routes (hostKey), never asked over plain HTTP */
+  readonly #secureHosts = new Set<string>()
   readonly #asked = new WeakMap<IncomingMessage, Asked>()
   readonly #intercepted = new WeakMap<Duplex, Interception>()
   readonly #tunnels = new Set<Socket>()
@@ -77,6 +82,7 @@ export class ForwardProxy {
       const list = this.#origins.get(route.config.origin) ?? []
       list.push(route)
       this.#origins.set(route.config.origin, list)
+      if (route.config.origin.startsWith('https:')) this.#secureHosts.add(hostKey(new URL(route.config.origin).hostname))
     }
     this.#headersTimeoutMs = o.listener.headersTimeoutMs ?? HEADERS_TIMEOUT_MS
     this.listener = buildListener({
@@ -102,7 +108,7 @@ export class ForwardProxy {
         const port = options.port === '' ? (options.protocol === 'https:' ? 443 : 80) : Number(options.port)
         const pattern = allowing(o.settings.allow, { hostname, port })
         if (pattern === undefined) return callback(new ForbiddenAddressError(), null)
-        checkedAddress({ hostname, port }, pattern, o.ownPorts).then(
+        checkedAddress({ hostname, port }, pattern, o.ownPorts, o.lookup).then(
           (address) => connector({ ...options, hostname: address, ...(isIP(hostname) === 0 && { servername: hostname }) }, callback),
           (err: Error) => callback(err, null))
       }
@@ -151,6 +157,10 @@ export class ForwardProxy {
       } else if (absolute.scheme === 'https' && this.#origins.has(absolute.destination.origin)) {
         // the credential would be added to a request the application sent in clear
         asked = { destination: absolute.destination, refusal: 'destination_not_allowed', target: absolute.target }
+      } else if (absolute.scheme === 'http' && !this.#origins.has(absolute.destination.origin) && this.#secureHosts.has(hostKey(absolute.destination.hostname))) {
+        // an https route's host in clear, on any port, whatever FORWARD_PROXY_ALLOW says:
+        // the application's own Authorization would go out unencrypted to the API it is for
+        asked = { destination: absolute.destination, refusal: 'destination_not_allowed', target: absolute.target }
       } else {
         asked = { destination: absolute.destination, target: absolute.target }
       }
@@ -179,7 +189,7 @@ export class ForwardProxy {
       return this.#untouched(request, reply, destination, asked.target, route.upstream.current, false)
     }
     if (allowing(this.#o.settings.allow, destination) === undefined) return this.#refuseRequest(reply, 'destination_not_allowed')
-    this.#o.listener.events.emit('forward_connection', 'tunnelled')
+    // counted tunnelled once it is passed on, or refused when its name resolves to an address it may not reach
     this.#untouched(request, reply, destination, asked.target, this.#allowed, true)
   }
 
@@ -188,8 +198,14 @@ export class ForwardProxy {
     sendError(reply, code)
   }
 
-  /** Passes a request on as it came, without a credential, and relays the answer. */
+  /**
+   * Passes a request on as it came, without a credential, and relays the
+   * answer. One to an allowed destination is counted once: refused when its
+   * name resolves to an address it may not reach (nothing was sent),
+   * tunnelled otherwise, answered or failed.
+   */
   #untouched (request: FastifyRequest, reply: FastifyReply, destination: Destination, path: string, dispatcher: Dispatcher, ownAuthorization: boolean): void {
+    const allowed = dispatcher === this.#allowed
     const raw = request.raw
     const controller = new AbortController()
     const stop = this.listener.admission.onDeparture(request, () => controller.abort())
@@ -205,16 +221,23 @@ export class ForwardProxy {
       headersTimeout: timeoutMs,
       bodyTimeout: idleTimeoutMs
     }).then((answer) => {
+      if (allowed) this.#o.listener.events.emit('forward_connection', 'tunnelled')
       answer.body.once('close', stop)
       reply.code(answer.statusCode).headers(relayedResponseHeaders(answer.headers, request.id))
       reply.send(answer.body)
     }, (err: Error & { code?: string }) => {
       stop()
+      if (err instanceof ForbiddenAddressError) {
+        this.#o.listener.events.emit('forward_connection', 'refused')
+        if (!controller.signal.aborted) sendError(reply, 'destination_not_allowed')
+        return
+      }
+      if (allowed) this.#o.listener.events.emit('forward_connection', 'tunnelled')
       if (controller.signal.aborted) return
-      if (err instanceof ForbiddenAddressError) return this.#refuseRequest(reply, 'destination_not_allowed')
-      const timeout = err instanceof undiciErrors.HeadersTimeoutError || err instanceof undiciErrors.ConnectTimeoutError
-      this.#o.listener.log.warn({ requestId: request.id, destination: destination.origin, upstreamError: err.code ?? err.name }, 'forward proxy: destination failed')
-      sendError(reply, timeout ? 'upstream_timeout' : 'upstream_unreachable')
+      const failure = upstreamFailure(err)
+      this.#o.listener.log.warn({ requestId: request.id, destination: destination.origin, upstreamError: failure.code }, 'forward proxy: destination failed')
+      this.#o.listener.events.emit('upstream_error', { route: UNROUTED, ...failure })
+      sendError(reply, failure.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable')
     })
   }
 
@@ -263,7 +286,7 @@ export class ForwardProxy {
       release()
       return refuse('destination_not_allowed', secure)
     }
-    this.#tunnel(socket, head, secure, pattern, release, refuse, (status) => line(status, UNROUTED, secure))
+    this.#tunnel(socket, head, secure, pattern, requestId, release, refuse, (status) => line(status, UNROUTED, secure))
   }
 
   #intercept (socket: Duplex, head: Buffer, destination: Destination, release: () => void, refuse: (code: ErrorCode, destination?: Destination) => void, answered: () => void): void {
@@ -304,38 +327,53 @@ export class ForwardProxy {
     })
   }
 
-  /** A blind tunnel to an allowed destination, closed after UPSTREAM_IDLE_TIMEOUT_MS of silence both ways. */
-  #tunnel (socket: Duplex, head: Buffer, destination: Destination, pattern: ForwardSettings['allow'][number], release: () => void, refuse: (code: ErrorCode, destination?: Destination) => void, answered: (status: number) => void): void {
+  /**
+   * A blind tunnel to an allowed destination, closed after
+   * UPSTREAM_IDLE_TIMEOUT_MS of silence both ways. A destination that cannot
+   * be reached (refused, unresolvable, no connection in UPSTREAM_TIMEOUT_MS)
+   * is answered 502 as a request would be, logged, and counted as a
+   * tunnelled connection with an upstream error; a name that resolves to an
+   * address it may not reach is refused before anything is dialled.
+   */
+  #tunnel (socket: Duplex, head: Buffer, destination: Destination, pattern: ForwardSettings['allow'][number], requestId: string, release: () => void, refuse: (code: ErrorCode, destination?: Destination) => void, answered: (status: number) => void): void {
     const { timeoutMs, idleTimeoutMs } = this.#o.config.upstream
-    const fail = (err: Error & { code?: string }, code: ErrorCode): void => {
+    const events = this.#o.listener.events
+    const fail = (err: Error & { code?: string }): void => {
       release()
-      if (code !== 'destination_not_allowed') this.#o.listener.log.warn({ destination: destination.origin, upstreamError: err.code ?? err.name }, 'forward proxy: tunnel failed')
-      refuse(code, destination)
+      const failure = upstreamFailure(err)
+      this.#o.listener.log.warn({ requestId, destination: destination.origin, upstreamError: failure.code }, 'forward proxy: tunnel failed')
+      events.emit('forward_connection', 'tunnelled')
+      events.emit('upstream_error', { route: UNROUTED, ...failure })
+      refuse(failure.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable', destination)
     }
-    checkedAddress(destination, pattern, this.#o.ownPorts).then((address) => {
+    checkedAddress(destination, pattern, this.#o.ownPorts, this.#o.lookup).then((address) => {
       if (socket.destroyed) return release()
       const upstream = netConnect({ host: address, port: destination.port })
       this.#tunnels.add(upstream)
-      const connecting = setTimeout(() => {
-        upstream.destroy()
-        fail(Object.assign(new Error('connect timeout'), { code: 'ETIMEDOUT' }), 'upstream_timeout')
-      }, timeoutMs)
+      // set once the destination took the connection; until then a failure is answered on the client's socket
+      let established = false
+      let failed = false
+      const connecting = setTimeout(() => upstream.destroy(Object.assign(new Error('connect timeout'), { code: 'ETIMEDOUT' })), timeoutMs)
       upstream.once('error', (err) => {
         clearTimeout(connecting)
-        if (upstream.connecting) fail(err, 'upstream_unreachable')
-        socket.destroy()
+        if (established || socket.destroyed) return void socket.destroy()
+        failed = true
+        fail(err)
       })
       upstream.once('close', () => {
+        clearTimeout(connecting)
         this.#tunnels.delete(upstream)
         release()
-        socket.destroy()
+        // a failed tunnel's answer closes the client's socket once it is written
+        if (!failed) socket.destroy()
       })
       socket.once('close', () => upstream.destroy())
       upstream.once('connect', () => {
         clearTimeout(connecting)
+        established = true
         socket.write(ESTABLISHED)
         answered(200)
-        this.#o.listener.events.emit('forward_connection', 'tunnelled')
+        events.emit('forward_connection', 'tunnelled')
         if (head.length > 0) upstream.write(head)
         // Activity either way keeps the client's side busy: one timer covers both.
         ;(socket as Socket).setTimeout(idleTimeoutMs, () => socket.destroy())
@@ -343,9 +381,17 @@ export class ForwardProxy {
         upstream.pipe(socket)
       })
     }, (err: Error & { code?: string }) => {
-      fail(err, err instanceof ForbiddenAddressError ? 'destination_not_allowed' : 'upstream_unreachable')
+      if (!(err instanceof ForbiddenAddressError)) return fail(err)
+      release()
+      refuse('destination_not_allowed', destination)
     })
   }
 }
 
 const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n'
+
+/** A host as the machine it names, whatever its spelling: an IP address canonical (IPv4-mapped as IPv4), a name without its trailing dot. */
+function hostKey (hostname: string): string {
+  const host = hostname.startsWith('[') ? hostname.slice(1, -1) : hostname
+  return canonicalAddress(host)?.address ?? host.replace(/\.$/, '')
+}

@@ -8,7 +8,7 @@ import { checkServerIdentity, connect as tlsConnect, type TLSSocket } from 'node
 import t from 'tap'
 import { ProxyAgent, request } from 'undici'
 import WebSocket, { WebSocketServer } from 'ws'
-import { build, metric, rawRequest, statusOf, type Harness } from '../helpers/build.js'
+import { build, metric, rawRequest, statusOf, until, type Harness } from '../helpers/build.js'
 import { TestCa } from '../helpers/certificates.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'forward-proxy-'))
@@ -80,6 +80,35 @@ function exchange (socket: Duplex, text: string): Promise<string> {
   })
 }
 type Duplex = import('node:stream').Duplex
+
+/** A port on `host` that refuses connections: a server's, closed. */
+async function refusingPort (host: string): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((resolve) => server.listen(0, host, resolve))
+  const { port } = server.address() as AddressInfo
+  await new Promise((resolve) => server.close(resolve))
+  return port
+}
+
+/** A plain HTTP server on `host` that keeps what it received and answers 200. */
+async function recordingServer (t: import('tap').Test, host: string): Promise<{ origin: string, received: IncomingHttpHeaders[] }> {
+  const received: IncomingHttpHeaders[] = []
+  const server = createHttpServer((req, res) => {
+    received.push(req.headers)
+    res.end('reached')
+  })
+  await new Promise<void>((resolve) => server.listen(0, host, resolve))
+  t.teardown(() => server.close())
+  return { origin: `http://${host}:${(server.address() as AddressInfo).port}`, received }
+}
+
+/** The forward proxy's outcomes and its upstream errors, as /metrics has them. */
+async function forwardCounts (adminUrl: string): Promise<Record<string, number>> {
+  const counts: Record<string, number> = {}
+  for (const outcome of ['intercepted', 'tunnelled', 'refused']) counts[outcome] = await metric(adminUrl, `auth_sidecar_forward_connections_total{outcome="${outcome}"}`)
+  for (const reason of ['unreachable', 'timeout', 'reset']) counts[reason] = await metric(adminUrl, `auth_sidecar_upstream_errors_total{reason="${reason}",route="-"}`)
+  return counts
+}
 
 t.test('a request for a URL under an https route\'s BASE_URL gets its token through the intercepted CONNECT', async (t) => {
   const h = await forwardSidecar(t)
@@ -270,4 +299,73 @@ t.test('a WebSocket inside an intercepted connection gets the route\'s token and
   ws.terminate()
   t.equal(echoed, 'echo:hello')
   t.match(handshakes[0]?.authorization, /^Bearer /, 'the upstream\'s handshake carried the route\'s token')
+})
+
+t.test('a CONNECT to an allowed destination that refuses the connection is answered 502 upstream_unreachable, logged and counted', async (t) => {
+  // 127.0.0.2: a loopback address that is no route's host, allowed by its IP
+  const port = await refusingPort('127.0.0.2')
+  const h = await forwardSidecar(t, { FORWARD_PROXY_ALLOW: '127.0.0.2' })
+  const answer = await rawRequest(h.forwardPort, `CONNECT 127.0.0.2:${port} HTTP/1.1\r\nHost: 127.0.0.2:${port}\r\n\r\n`)
+  t.equal(statusOf(answer), 502, answer)
+  const body = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as { error: string, message: unknown }
+  t.equal(body.error, 'upstream_unreachable', 'the sidecar\'s error shape')
+  t.type(body.message, 'string')
+  await until(() => h.log.records().some((l) => l.msg === 'request' && l.method === 'CONNECT'))
+  t.match(h.log.records().find((l) => l.msg === 'request' && l.method === 'CONNECT'), { route: '-', mode: 'forward', status: 502, destination: `https://127.0.0.2:${port}`, path: `127.0.0.2:${port}` }, 'an access line')
+  t.match(h.log.records().find((l) => l.msg === 'forward proxy: tunnel failed'), { upstreamError: 'ECONNREFUSED', destination: `https://127.0.0.2:${port}` })
+  t.same(await forwardCounts(h.adminUrl), { intercepted: 0, tunnelled: 1, refused: 0, unreachable: 1, timeout: 0, reset: 0 }, 'tunnelled once, and an upstream error')
+
+  const plain = await rawRequest(h.forwardPort, `GET http://127.0.0.2:${port}/x HTTP/1.1\r\nHost: 127.0.0.2:${port}\r\n\r\n`)
+  t.equal(statusOf(plain), 502, 'the absolute form, as before')
+  t.match(plain, /"error":"upstream_unreachable"/)
+  t.same(await forwardCounts(h.adminUrl), { intercepted: 0, tunnelled: 2, refused: 0, unreachable: 2, timeout: 0, reset: 0 }, 'counted the same way')
+})
+
+t.test('each CONNECT and each request for another destination counts one outcome: refused, or tunnelled', async (t) => {
+  const allowed = await recordingServer(t, '127.0.0.2')
+  const port = new URL(allowed.origin).port
+  // localhost: allowed by name, but a name that resolves to loopback is refused
+  const h = await forwardSidecar(t, { FORWARD_PROXY_ALLOW: `127.0.0.2,localhost` })
+  const byName = await rawRequest(h.forwardPort, `GET http://localhost:${port}/ HTTP/1.1\r\nHost: localhost:${port}\r\n\r\n`)
+  t.equal(statusOf(byName), 403, byName)
+  t.same(await forwardCounts(h.adminUrl), { intercepted: 0, tunnelled: 0, refused: 1, unreachable: 0, timeout: 0, reset: 0 }, 'a refused request is refused only')
+  const connect = await rawRequest(h.forwardPort, `CONNECT localhost:${port} HTTP/1.1\r\nHost: localhost:${port}\r\n\r\n`)
+  t.equal(statusOf(connect), 403, connect)
+  t.same(await forwardCounts(h.adminUrl), { intercepted: 0, tunnelled: 0, refused: 2, unreachable: 0, timeout: 0, reset: 0 }, 'a refused CONNECT is refused only')
+  t.equal(allowed.received.length, 0, 'nothing was sent')
+
+  const passed = await rawRequest(h.forwardPort, `GET ${allowed.origin}/ HTTP/1.1\r\nHost: 127.0.0.2:${port}\r\nAuthorization: Bearer the-applications-own\r\n\r\n`)
+  t.equal(statusOf(passed), 200, passed)
+  t.equal(allowed.received[0]?.authorization, 'Bearer the-applications-own', 'an allowed destination gets the request as it came')
+  t.same(await forwardCounts(h.adminUrl), { intercepted: 0, tunnelled: 1, refused: 2, unreachable: 0, timeout: 0, reset: 0 }, 'a request passed on is tunnelled once')
+})
+
+t.test('an https route\'s host asked over plain HTTP is 403 even when FORWARD_PROXY_ALLOW names it; the application\'s Authorization never goes out', async (t) => {
+  // the route's host is 127.0.0.1: a plain server on it, on another port than the route's upstream
+  const other = await recordingServer(t, '127.0.0.1')
+  const h = await forwardSidecar(t, { FORWARD_PROXY_ALLOW: '127.0.0.1,::ffff:127.0.0.1' })
+  const before = h.upstream.received.length
+  const routePort = new URL(h.upstreamOrigin).port
+  const otherPort = new URL(other.origin).port
+  const headers = 'Authorization: Bearer the-applications-own\r\n\r\n'
+  for (const url of [
+    `http://127.0.0.1:${routePort}/api/x`,
+    `http://127.0.0.1:${otherPort}/`,
+    `http://[::ffff:127.0.0.1]:${otherPort}/`,
+    `http://[0:0:0:0:0:ffff:7f00:1]:${otherPort}/`,
+    `http://2130706433:${otherPort}/`,
+    `http://127.0.0.1.:${otherPort}/`
+  ]) {
+    const answer = await rawRequest(h.forwardPort, `GET ${url} HTTP/1.1\r\nHost: x\r\n${headers}`)
+    t.equal(statusOf(answer), 403, `${url}: ${answer}`)
+    t.match(answer, /"error":"destination_not_allowed"/)
+  }
+  t.equal(h.upstream.received.length, before, 'nothing reached the route\'s upstream')
+  t.equal(other.received.length, 0, 'nor any other port of its host')
+  t.equal(await metric(h.adminUrl, 'auth_sidecar_forward_connections_total{outcome="refused"}'), 6)
+
+  // the blind tunnel stays open to the same host: what goes inside is the application's TLS
+  const { head, socket } = await connectThrough(h.forwardPort, `127.0.0.1:${otherPort}`)
+  socket.destroy()
+  t.equal(statusOf(head), 200, 'a CONNECT to another port of the host, allowed, is tunnelled')
 })

@@ -44,6 +44,7 @@ t.test('configuration errors name the variables', async (t) => {
   t.match(problems({ ...minimal, FORWARD_PROXY_CA_CERT_FILE: leaf.certFile, FORWARD_PROXY_CA_KEY_FILE: leaf.keyFile }).join('\n'), /FORWARD_PROXY_CA_CERT_FILE holds a certificate that is not a CA/)
   t.match(problems({ ...minimal, BASE_URL: 'http://a/x', FORWARD_PROXY_PORT: '8080' }).join('\n'), /FORWARD_PROXY_PORT is PROXY_PORT's port too/)
   t.match(problems({ ...minimal, BASE_URL: 'http://a/x', FORWARD_PROXY_ALLOW: 'good.example, bad pattern' }).join('\n'), /FORWARD_PROXY_ALLOW holds "bad pattern"/)
+  t.match(problems({ ...minimal, BASE_URL: 'http://a/x', FORWARD_PROXY_ALLOW: 'fe80::1%eth0,[fe80::1%eth0]:80' }), [/FORWARD_PROXY_ALLOW holds "fe80::1%eth0"/, /FORWARD_PROXY_ALLOW holds "\[fe80::1%eth0\]:80"/], 'an address with a zone is named, not a crash')
   t.match(problems({ ...minimal, BASE_URL: 'http://a/x/', ROUTE_TWO_BASE_URL: 'http://a/x', ROUTE_TWO_PATH: '/two' }).join('\n'), /ROUTE_TWO_BASE_URL and BASE_URL are both http:\/\/a\/x/)
   const joined = problems({ ...minimal, FORWARD_PROXY_CA_CERT_FILE: ca.caFile, FORWARD_PROXY_CA_KEY_FILE: join(other.dir, 'ca.key') }).join('\n')
   t.notMatch(joined, /BEGIN/, 'no key material in any message')
