@@ -31,13 +31,15 @@ const MAX_REFUSED_SUBJECTS = 8
 /**
  * Token exchange (RFC 8693): the token is the subject credential's current
  * access token exchanged for `audience`, and renewed by a new exchange,
- * never refreshed. A subject token the exchange refused is never sent
- * again: the first refusal renews the subject once and the exchange is
- * tried again with its new token; a refusal again is paced, as rejected
- * credentials are, and tried again when the subject holds a new token, as
- * is a failure of the client's credentials, which the subject's grants use
- * too. A refusal of the exchange itself (not enabled for the client, say)
- * only waits its pace.
+ * never refreshed. A subject token the exchange refused is renewed once:
+ * the refused token is never sent again, and the exchange is tried again
+ * with the new one. Refused again, the refusal is not about a stale token:
+ * it is paced, as rejected credentials are, the same subject token sent at
+ * that pace and the subject left alone until an exchange works or the
+ * subject renews by itself (its new token is tried at once). A failure of
+ * the client's credentials, which the subject's grants use too, is also
+ * tried again when the subject holds a new token. A refusal of the exchange
+ * itself (not enabled for the client, say) only waits its pace.
  */
 export class TokenExchange implements TokenSource {
   readonly grant = 'token_exchange'
@@ -46,8 +48,12 @@ export class TokenExchange implements TokenSource {
   readonly #o: TokenExchangeOptions
   /** the subject tokens the exchange refused, newest last */
   readonly #refused = new Set<string>()
-  /** refusals of the subject token since the last exchange that worked */
-  #refusedInARow = 0
+  /**
+   * whether a refusal of the subject token may renew it: `asked` while that
+   * renewal comes, `spent` once its token is held; open again after an
+   * exchange that worked, or a subject token the renewal did not bring
+   */
+  #renewal: 'open' | 'asked' | 'spent' = 'open'
   /** a renewal waits for the subject's next token, its certificate having changed */
   #awaitingSubject = false
   /** the last attempt failed on what the subject's next token may have changed: its token, or the client credentials both use */
@@ -56,6 +62,7 @@ export class TokenExchange implements TokenSource {
   constructor (options: TokenExchangeOptions) {
     this.#o = options
     this.server = options.server
+    options.subject.events.on('token', () => { this.#renewal = this.#renewal === 'asked' ? 'spent' : 'open' })
   }
 
   async obtain (o: { count: GrantCounter }): Promise<Obtained> {
@@ -63,22 +70,25 @@ export class TokenExchange implements TokenSource {
     await this.server.discover().catch((err: unknown) => { throw GrantError.at('discovery', err) })
     const token = await this.#subjectToken()
     try {
-      const set = await o.count(this.grant, async (trace) => await this.#exchange(token, trace))
-      this.#refusedInARow = 0
-      return { set, grant: this.grant }
+      return await this.#exchanged(token, o.count)
     } catch (err) {
       if (!(err instanceof GrantError && refusesSubject(err))) throw this.#failure(err)
+      this.#cueOnSubject = true
+      // the token a renewal brought, refused too: a new one would fare no better, so it is sent again at the pace
+      if (this.#renewal !== 'open') throw GrantError.at(this.grant, err)
       this.#refuse(token)
-      if (this.#refusedInARow++ > 0) throw GrantError.at(this.grant, err)
+      this.#renewal = 'asked'
       this.#o.log.info({ event: 'token', grant: this.grant, outcome: 'rejected', reason: this.#o.secrets.scrub(err.message) }, 'the subject token was refused: renewing it, then exchanging again')
       const renewed = await this.#o.subject.accessTokenOtherThan(this.#refused).catch(() => undefined)
       // no new subject token in time: paced, and tried as soon as one comes (the retry cue)
       if (renewed === undefined) throw GrantError.at(this.grant, err)
+      this.#renewal = 'spent'
       this.#cueOnSubject = false
       try {
-        return { set: await o.count(this.grant, async (trace) => await this.#exchange(renewed, trace)), grant: this.grant }
+        return await this.#exchanged(renewed, o.count)
       } catch (again) {
-        if (again instanceof GrantError && refusesSubject(again)) this.#refuse(renewed)
+        // refused too: paced, and tried at once should the subject renew by itself
+        if (again instanceof GrantError && refusesSubject(again)) this.#cueOnSubject = true
         throw this.#failure(again)
       }
     }
@@ -104,6 +114,12 @@ export class TokenExchange implements TokenSource {
     return undefined
   }
 
+  async #exchanged (token: string, count: GrantCounter): Promise<Obtained> {
+    const set = await count(this.grant, async (trace) => await this.#exchange(token, trace))
+    this.#renewal = 'open'
+    return { set, grant: this.grant }
+  }
+
   async #exchange (token: string, trace: GrantTrace): ReturnType<OAuthClient['exchange']> {
     return await this.server.exchange(token, this.#o.audience, this.#o.scope, trace)
   }
@@ -127,7 +143,6 @@ export class TokenExchange implements TokenSource {
   }
 
   #refuse (token: string): void {
-    this.#cueOnSubject = true
     this.#refused.add(token)
     if (this.#refused.size > MAX_REFUSED_SUBJECTS) this.#refused.delete(this.#refused.values().next().value!)
   }
