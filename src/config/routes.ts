@@ -15,7 +15,7 @@ export const ROUTE_SETTING_DESCRIPTIONS = {
   BASE_URL: 'the route\'s upstream base URL (required); its token is sent to this origin only',
   PATH: 'a path prefix on PROXY_PORT: /billing/x goes to BASE_URL + /x (/billingX is not under it); or',
   PORT: 'its own port on PROXY_HOST, everything on it going to BASE_URL',
-  'AUTH_*': 'any AUTH_ variable, for this route alone (the others are the default route\'s): a route that sets one has its own credential and token; one that sets none shares the default route\'s',
+  'AUTH_*': 'any AUTH_ variable, for this route alone (the others are the default route\'s, but for a password, client secret or assertion when it names another auth server): a route that sets one has its own credential and token; one that sets none shares the default route\'s',
   AUTH_EXCHANGE_AUDIENCE: 'get the route\'s token by token exchange (RFC 8693) of the token it would use otherwise, for this audience',
   AUTH_EXCHANGE_SCOPE: 'the scope asked for in that exchange',
   UPSTREAM_TLS_CERT_FILE: 'a client certificate for its upstream (and _KEY_FILE, _CA_FILE); each of the three not set is the default route\'s'
