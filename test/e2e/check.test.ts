@@ -418,3 +418,30 @@ t.test('check: each client certificate said, and a token bound to one the upstre
   t.match(same.output, /bound to the client certificate \(cnf x5t#S256 [\w-]{43}\), which the upstream gets too/)
   t.match(same.output, /^ok {3}upstream: GET https:\/\/127\.0\.0\.1:\d+\/ answered 200/m)
 })
+
+t.test('check: an upstream answering with a redirect (a login page) fails the upstream step, naming where it points but nothing after the origin', async (t) => {
+  const s = await servers(t)
+  const redirecting = createHttpServer((req, res) => {
+    const location = req.url === '/api/relative' ? '/login?next=%2Fapi' : 'https://login.example.com/authorize?state=eyJzZWNyZXQiOiJ4In0.abc&code=leaky-code-123'
+    res.writeHead(req.url === '/api/none' ? 303 : 302, req.url === '/api/none' ? {} : { location }).end()
+  })
+  await new Promise<void>((resolve) => redirecting.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { redirecting.close() })
+  const base = `http://127.0.0.1:${(redirecting.address() as AddressInfo).port}`
+  const env = { ...s.env, BASE_URL: `${base}/api` }
+
+  const away = await check(env)
+  t.equal(away.code, CHECK_EXIT.upstream)
+  t.match(away.lines.at(-2), /^FAIL upstream: GET http:\/\/127\.0\.0\.1:\d+\/api answered 302 in \d+ ms: a redirect to https:\/\/login\.example\.com, which is not an accepted token/)
+  t.notMatch(away.output, /authorize|state=|leaky-code/, 'nothing of the Location but its origin')
+  t.match(away.lines.at(-1), /^ok {3}session: session ended/, 'the session is ended even so')
+
+  const within = await check(env, ['--path', '/relative'])
+  t.equal(within.code, CHECK_EXIT.upstream)
+  t.match(within.output, new RegExp(`answered 302 in \\d+ ms: a redirect within ${base.replace(/\./g, '\\.')}, which is not an accepted token`))
+  t.notMatch(within.output, /login\?next/)
+
+  const bare = await check(env, ['--path', '/none'])
+  t.equal(bare.code, CHECK_EXIT.upstream)
+  t.match(bare.output, /answered 303 in \d+ ms: a redirect without a Location/)
+})
