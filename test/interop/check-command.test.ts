@@ -41,7 +41,8 @@ t.test('check: a revocation endpoint answering unsupported_token_type (a JWT acc
   const { code, lines, output } = await runCheck(env({ AUTH_SCOPE: 'orders:read' }))
   t.same(op.requests.filter((r) => r.route === 'revocation').map((r) => [r.status, r.error]), [[400, 'unsupported_token_type']], 'the server cannot revoke a JWT access token')
   t.equal(code, 0, output)
-  t.match(lines.at(-1), /^ok {3}session: .*nothing to end/)
+  // not a failure: passed, or skipped as there is nothing to end
+  t.match(lines.at(-1), /^(ok {3}|skip )session: .*nothing to end/)
   noSecrets(t, output)
 })
 
