@@ -56,9 +56,11 @@ t.test('the server publishes what it supports: a client authentication method it
   const op = await startProvider(t, { clients, configuration: { clientAuthMethods: ['client_secret_basic', 'private_key_jwt'] } })
   const api = await tokenCheckingApi(t, op)
   const s = await startSidecar(t, op, api.url, { ...ENV, AUTH_CLIENT_AUTH: 'client_secret_post', AUTH_ISSUER_URL: op.issuer }, false)
-  await until(() => s.run.stdout.some((l) => /AUTH_CLIENT_AUTH/.test(l) && /client_secret_post/.test(l)), 10_000).catch(() => {})
-  const warning = s.run.stdout.find((l) => /AUTH_CLIENT_AUTH/.test(l) && /client_secret_post/.test(l))
-  t.ok(warning, `a line names AUTH_CLIENT_AUTH: ${s.run.stdout.join('\n')}`)
+  const lines = (): string[] => [...s.run.stdout, ...s.run.stderr.join('').split('\n')]
+  const named = (l: string): boolean => /AUTH_CLIENT_AUTH/.test(l) && /client_secret_post/.test(l)
+  await until(() => lines().some(named), 10_000).catch(() => {})
+  const warning = lines().find(named)
+  t.ok(warning, `a line names AUTH_CLIENT_AUTH: ${lines().join('\n')}`)
   t.match(warning, /client_secret_basic/, 'and what the server offers')
 })
 

@@ -56,7 +56,7 @@ t.test('DPoP: the algorithm comes from what the server offers (dpop_signing_alg_
   // no algorithm set: one the server offers is chosen
   const s = await startSidecar(t, op, api.url, { ...ENV, ...discovery })
   t.equal((await send(`${s.proxyUrl}/orders`)).status, 200)
-  t.match(op.tokenRequests().map((r) => r.status), [200], 'the server took the proof at once')
+  t.same(op.tokenRequests().map((r) => [r.status, r.dpop]), [[200, true]], 'the server took the proof at once')
 
   // one it does not offer: a configuration error naming the setting and what is offered
   const refused = start(sidecarEnv(op, api.url, { ...ENV, ...discovery, AUTH_DPOP_ALG: 'ES256', PROXY_PORT: '0', ADMIN_PORT: '0', ADMIN_HOST: '127.0.0.1' }))
