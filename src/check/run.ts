@@ -5,7 +5,7 @@ import { Writable } from 'node:stream'
 import { buildApp, type App } from '../app.js'
 import { ConfigError, loadConfig, type Config, type CredentialConfig } from '../config/load.js'
 import type { HeldCredential } from '../token/registry.js'
-import { wellKnownUrl } from '../config/auth.js'
+import { metadataUrl, wellKnownUrl } from '../config/auth.js'
 import { errorBody, ERRORS, type ErrorCode } from '../errors.js'
 import { createLogger } from '../logger.js'
 import type { UpstreamError } from '../proxy/context.js'
@@ -157,8 +157,9 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
           ...(endpoints?.ignored ?? [])
         ]
         // fetched from another address than the issuer's: the issuer it names is said too
-        const issuer = c.auth.discoveryUrl === wellKnownUrl(c.auth.issuerUrl) ? '' : `issuer ${endpoints?.issuer ?? ''}, `
-        say('ok', of('discovery', c.name), `${c.auth.discoveryUrl ?? ''}: ${issuer}${found.join(', ')}`)
+        const url = endpoints?.url ?? c.auth.discoveryUrl ?? ''
+        const issuer = url === wellKnownUrl(c.auth.issuerUrl) || url === metadataUrl(c.auth.issuerUrl) ? '' : `issuer ${endpoints?.issuer ?? ''}, `
+        say('ok', of('discovery', c.name), `${url}: ${issuer}${found.join(', ')}`)
       } catch (err) {
         say('FAIL', of('discovery', c.name), `${(err as Error).message}${advice(err, config, 'auth')}`)
         failed(CHECK_EXIT.discovery)

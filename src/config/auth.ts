@@ -1,4 +1,4 @@
-import { clientAuthSettings } from './client-auth.js'
+import { byCertificate, clientAuthSettings } from './client-auth.js'
 import { tlsNames, tlsPaths } from './tls.js'
 import type { VariableName } from './schema.js'
 import type { ClientAuth, Config, DpopAlgorithm, PrimaryGrant } from './types.js'
@@ -71,8 +71,8 @@ export function parseAuth (raw: Raw, data: Record<string, unknown>, cwd: string,
     // a client certificate goes only over TLS: over http it would silently not be presented
     // the address dialled decides: the discovery document's, when given apart from the issuer
     const plain = [tokenUrl, givenDiscoveryUrl?.href ?? issuerUrl].find((u) => u?.startsWith('http:'))
-    if (plain !== undefined && client.clientAuth === 'tls_client_auth') {
-      problems.push(`AUTH_CLIENT_AUTH=tls_client_auth needs an https auth server: ${plain} is http, where no client certificate is presented`)
+    if (plain !== undefined && byCertificate(client.clientAuth)) {
+      problems.push(`AUTH_CLIENT_AUTH=${client.clientAuth} needs an https auth server: ${plain} is http, where no client certificate is presented`)
     } else if (plain !== undefined && tls?.certFile !== undefined) {
       warnings.push(`AUTH_TLS_CERT_FILE is not presented: ${plain} is http`)
     }
@@ -94,6 +94,7 @@ export function parseAuth (raw: Raw, data: Record<string, unknown>, cwd: string,
       params: tokenParams(str('AUTH_TOKEN_PARAMS'), problems),
       logoutOnShutdown: raw.AUTH_LOGOUT_ON_SHUTDOWN !== false,
       ...(raw.AUTH_DPOP === true && { dpop: (str('AUTH_DPOP_ALG') ?? 'ES256') as DpopAlgorithm }),
+      ...(raw.AUTH_DPOP === true && data.AUTH_DPOP_ALG !== undefined && data.AUTH_DPOP_ALG !== '' && { dpopAlgSet: true as const }),
       ...(tls !== undefined && { tls })
     }
   } else {
@@ -117,14 +118,15 @@ export function parseAuth (raw: Raw, data: Record<string, unknown>, cwd: string,
   }
 }
 
-/** Where an OpenID Connect discovery document's URL ends; a URL without it is a base it is added to. */
-const WELL_KNOWN = /\/\.well-known\/openid-configuration$/
+/** A URL that names a metadata document in full: the OpenID Connect one, RFC 8414's, or another under /.well-known/. */
+const WELL_KNOWN = /\/\.well-known\//
 
 /**
- * The URL the discovery document is fetched from: AUTH_DISCOVERY_URL (the
- * document's own URL, or a base under which it is), else the issuer's.
- * Undefined without AUTH_ISSUER_URL, which names the issuer the document
- * must hold wherever it is fetched from.
+ * The URL the discovery document is fetched from: AUTH_DISCOVERY_URL (a
+ * document's own URL, OpenID Connect's or RFC 8414's, or a base under which
+ * the OpenID Connect one is), else the issuer's. Undefined without
+ * AUTH_ISSUER_URL, which names the issuer the document must hold wherever
+ * it is fetched from.
  */
 function discoveryUrlOf (issuerUrl: string | undefined, given: URL | undefined, issuerSet: boolean, problems: string[]): string | undefined {
   if (given !== undefined && !issuerSet) {
@@ -135,7 +137,25 @@ function discoveryUrlOf (issuerUrl: string | undefined, given: URL | undefined, 
   return issuerUrl === undefined ? undefined : wellKnownUrl(issuerUrl)
 }
 
-/** The OpenID Connect discovery document of an issuer (or of a base URL standing for it). */
+/** The OpenID Connect discovery document of an issuer (or of a base URL standing for it): appended to its path, any trailing slash removed first. */
 export function wellKnownUrl (issuer: string): string {
   return `${issuer.replace(/\/+$/, '')}/.well-known/openid-configuration`
+}
+
+/**
+ * An issuer's RFC 8414 authorization server metadata (section 3.1): the
+ * well-known part inserted between the origin and the issuer's path, the
+ * path's trailing slash removed (https://h/t1 has
+ * https://h/.well-known/oauth-authorization-server/t1).
+ */
+export function metadataUrl (issuer: string): string {
+  const url = new URL(issuer)
+  const path = url.pathname.replace(/\/+$/, '')
+  return `${url.origin}/.well-known/oauth-authorization-server${path}`
+}
+
+/** The RFC 8414 metadata URL standing for an OpenID Connect document's URL (its base's), tried when that document is not there. */
+export function metadataUrlFor (openidDocumentUrl: string): string | undefined {
+  const base = /^(.*)\/\.well-known\/openid-configuration$/.exec(openidDocumentUrl)?.[1]
+  return base === undefined ? undefined : metadataUrl(base)
 }
