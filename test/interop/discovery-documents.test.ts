@@ -58,7 +58,7 @@ t.test('the server publishes what it supports: a client authentication method it
   const s = await startSidecar(t, op, api.url, { ...ENV, AUTH_CLIENT_AUTH: 'client_secret_post', AUTH_ISSUER_URL: op.issuer }, false)
   const lines = (): string[] => [...s.run.stdout, ...s.run.stderr.join('').split('\n')]
   const named = (l: string): boolean => /AUTH_CLIENT_AUTH/.test(l) && /client_secret_post/.test(l)
-  await until(() => lines().some(named), 10_000).catch(() => {})
+  await until(() => lines().some(named), 30_000).catch(() => {})
   const warning = lines().find(named)
   t.ok(warning, `a line names AUTH_CLIENT_AUTH: ${lines().join('\n')}`)
   t.match(warning, /client_secret_basic/, 'and what the server offers')
@@ -70,7 +70,10 @@ function escaped (text: string): string {
 
 for (const [which, options, configured] of [
   ['a trailing slash the issuer does not have', { issuerPath: '/tenant-a' }, (op: RunningProvider) => `${op.issuer}/`],
-  ['no trailing slash where the issuer has one (as Auth0\'s)', { issuerPath: '/tenant-a', trailingSlash: true }, (op: RunningProvider) => op.issuer.replace(/\/$/, '')]
+  ['no trailing slash where the issuer has one', { issuerPath: '/tenant-a', trailingSlash: true }, (op: RunningProvider) => op.issuer.replace(/\/$/, '')],
+  // an issuer that is an origin is a string too: Auth0's ends in a slash, oidc-provider's need not
+  ['a bare origin and a trailing slash the issuer does not have', {}, (op: RunningProvider) => `${op.issuer}/`],
+  ['a bare origin and no trailing slash where the issuer has one (as Auth0\'s)', { trailingSlash: true }, (op: RunningProvider) => op.issuer.replace(/\/$/, '')]
 ] as const) {
   t.test(`issuers compare exactly: AUTH_ISSUER_URL with ${which} is refused, both values shown`, async (t) => {
     const op = await startProvider(t, { clients, ...options })
@@ -81,7 +84,7 @@ for (const [which, options, configured] of [
     const output = (): string => run.stdout.join('\n') + run.stderr.join('')
     // both values, each whole
     const both = (text: string): boolean => new RegExp(`${escaped(op.issuer)}(?![\\w/])`).test(text) && new RegExp(`${escaped(issuer)}(?![\\w/])`).test(text) && /issuer/.test(text)
-    await until(() => output().split('\n').some(both) || output().includes('"token obtained'), 10_000).catch(() => {})
+    await until(() => output().split('\n').some(both) || output().includes('"token obtained'), 30_000).catch(() => {})
     t.notOk(output().includes('"token obtained'), 'no token from a server that is not the issuer configured')
     t.ok(output().split('\n').some(both), `one line names the issuer configured and the one the document names: ${output()}`)
     t.same(op.tokenRequests(), [], 'the token endpoint is never called')

@@ -62,7 +62,7 @@ t.test('DPoP: the algorithm comes from what the server offers (dpop_signing_alg_
   const refused = start(sidecarEnv(op, api.url, { ...ENV, ...discovery, AUTH_DPOP_ALG: 'ES256', PROXY_PORT: '0', ADMIN_PORT: '0', ADMIN_HOST: '127.0.0.1' }))
   t.teardown(() => { refused.child.kill('SIGKILL') })
   const output = (): string => refused.stdout.join('\n') + refused.stderr.join('')
-  await until(() => /AUTH_DPOP_ALG/.test(output()), 10_000).catch(() => {})
+  await until(() => /AUTH_DPOP_ALG/.test(output()), 30_000).catch(() => {})
   t.match(output(), /AUTH_DPOP_ALG\b.*EdDSA/, 'names AUTH_DPOP_ALG and the algorithms offered')
   t.equal(op.tokenRequests().length, 1, 'no token request with an algorithm the server refuses')
 })
