@@ -153,9 +153,3 @@ export function metadataUrl (issuer: string): string {
   const path = url.pathname.replace(/\/+$/, '')
   return `${url.origin}/.well-known/oauth-authorization-server${path}`
 }
-
-/** The RFC 8414 metadata URL standing for an OpenID Connect document's URL (its base's), tried when that document is not there. */
-export function metadataUrlFor (openidDocumentUrl: string): string | undefined {
-  const base = /^(.*)\/\.well-known\/openid-configuration$/.exec(openidDocumentUrl)?.[1]
-  return base === undefined ? undefined : metadataUrl(base)
-}

@@ -6,7 +6,7 @@ import type { GrantTrace } from '../tracing/tracing.js'
 import type { SecretScrubber } from '../secrets.js'
 import type { ClientAuthenticator } from './client-auth.js'
 import type { Clock } from './clock.js'
-import { metadataUrlFor, wellKnownUrl } from '../config/auth.js'
+import { metadataUrl, wellKnownUrl } from '../config/auth.js'
 import { DPOP_ALGORITHMS } from '../config/schema.js'
 import type { DpopAlgorithm } from '../config/types.js'
 import { checkDiscovery, type Endpoints } from './discovery.js'
@@ -141,8 +141,9 @@ export class OAuthClient {
     // fetched from the URL as configured (AUTH_DISCOVERY_URL may be any
     // address), not one derived from the issuer as oauth4webapi's
     // discoveryRequest would; processDiscoveryResponse checks the document.
-    // An OpenID Connect document that is not there gives way to the RFC 8414
-    // metadata of the same issuer (OAuth-only servers publish just that).
+    // The issuer's OpenID Connect document, when not there, gives way to its
+    // RFC 8414 metadata (OAuth-only servers publish just that); a document
+    // AUTH_DISCOVERY_URL names is the only one fetched.
     const missing: string[] = []
     let at = url
     let endpoints: Endpoints | undefined
@@ -151,7 +152,7 @@ export class OAuthClient {
       this.#o.log.debug({ event: 'discovery', url: from }, 'discovery request')
       const res = await this.request('discovery', this.#o.timeoutMs, async (signal) => await this.#fetch(from, { method: 'GET', headers: { accept: 'application/json' }, signal }))
       const answer = await answerOf(res)
-      const metadata = answer.status === 404 && missing.length === 0 ? metadataUrlFor(from) : undefined
+      const metadata = answer.status === 404 && missing.length === 0 && from === wellKnownUrl(issuer) ? metadataUrl(issuer) : undefined
       if (metadata !== undefined) {
         await res.body?.cancel().catch(() => {})
         missing.push(from)

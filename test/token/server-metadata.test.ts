@@ -171,3 +171,11 @@ t.test('token_endpoint_auth_methods_supported: a client authentication method th
   listed.endpoint.queue.push(metadata(issuer, { token_endpoint_auth_methods_supported: ['client_secret_basic'] }))
   t.same((await listed.server.discover())!.ignored, [], 'a method listed: no warning')
 })
+
+t.test('a document AUTH_DISCOVERY_URL names is the only one fetched: its 404 is not followed by another', async (t) => {
+  const d = discovering(configured({ AUTH_ISSUER_URL: 'https://sso.example.com/tenant-1', AUTH_DISCOVERY_URL: 'http://as.internal:8080/tenant-1/.well-known/openid-configuration' }))
+  d.endpoint.queue.push(NOT_FOUND)
+  const err = await d.server.discover().catch((e: unknown) => e as GrantError)
+  t.same(d.urls(), ['http://as.internal:8080/tenant-1/.well-known/openid-configuration'])
+  t.match(err, { kind: 'wrong_url', message: /^discovery: http:\/\/as\.internal:8080\/tenant-1\/\.well-known\/openid-configuration answered 404: AUTH_DISCOVERY_URL is not an OpenID Connect issuer/ })
+})
