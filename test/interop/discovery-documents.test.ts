@@ -38,16 +38,20 @@ t.test('AUTH_ISSUER_URL of a server without an OpenID Connect document: its RFC 
 })
 
 t.test('AUTH_ISSUER_URL a bare origin: either document at the origin', async (t) => {
-  const openid = await discovered(t, {}, (op) => ({ AUTH_ISSUER_URL: op.issuer }))
+  const [openid, oauth] = await Promise.all([
+    discovered(t, {}, (op) => ({ AUTH_ISSUER_URL: op.issuer })),
+    discovered(t, { noOpenIdDocument: true }, (op) => ({ AUTH_ISSUER_URL: op.issuer }))
+  ])
   t.same(documentsFetched(openid)[0], ['/.well-known/openid-configuration', 200])
-  const oauth = await discovered(t, { noOpenIdDocument: true }, (op) => ({ AUTH_ISSUER_URL: op.issuer }))
   t.same(documentsFetched(oauth).at(-1), ['/.well-known/oauth-authorization-server', 200])
 })
 
 t.test('AUTH_DISCOVERY_URL naming either document in full', async (t) => {
-  const oauth = await discovered(t, { issuerPath: '/tenant-a' }, (op) => ({ AUTH_ISSUER_URL: op.issuer, AUTH_DISCOVERY_URL: `${op.origin}/.well-known/oauth-authorization-server/tenant-a` }))
+  const [oauth, openid] = await Promise.all([
+    discovered(t, { issuerPath: '/tenant-a' }, (op) => ({ AUTH_ISSUER_URL: op.issuer, AUTH_DISCOVERY_URL: `${op.origin}/.well-known/oauth-authorization-server/tenant-a` })),
+    discovered(t, { issuerPath: '/tenant-a' }, (op) => ({ AUTH_ISSUER_URL: op.issuer, AUTH_DISCOVERY_URL: `${op.issuer}/.well-known/openid-configuration` }))
+  ])
   t.same(documentsFetched(oauth), [['/.well-known/oauth-authorization-server/tenant-a', 200]], 'that document, and only it')
-  const openid = await discovered(t, { issuerPath: '/tenant-a' }, (op) => ({ AUTH_ISSUER_URL: op.issuer, AUTH_DISCOVERY_URL: `${op.issuer}/.well-known/openid-configuration` }))
   t.same(documentsFetched(openid), [['/tenant-a/.well-known/openid-configuration', 200]])
 })
 
