@@ -46,7 +46,9 @@ export function parseAuth (raw: Raw, data: Record<string, unknown>, cwd: string,
   if (mode === 'oauth2') {
     let tokenUrl = parseHttpUrl('AUTH_TOKEN_URL', str('AUTH_TOKEN_URL'), problems, false)?.href
     let alternateTokenUrl: string | undefined
-    const issuerUrl = parseHttpUrl('AUTH_ISSUER_URL', str('AUTH_ISSUER_URL'), problems, false)?.href
+    // kept as written: the document must name the issuer exactly, and URL
+    // parsing would add a slash to a bare origin (https://h becomes https://h/)
+    const issuerUrl = parseHttpUrl('AUTH_ISSUER_URL', str('AUTH_ISSUER_URL'), problems, false) === undefined ? undefined : str('AUTH_ISSUER_URL')?.trim()
     const givenDiscoveryUrl = parseHttpUrl('AUTH_DISCOVERY_URL', str('AUTH_DISCOVERY_URL'), problems, false)
     const discoveryUrl = discoveryUrlOf(issuerUrl, givenDiscoveryUrl, str('AUTH_ISSUER_URL') !== undefined, problems)
     if (issuerUrl !== undefined && str('AUTH_URL') !== undefined) {

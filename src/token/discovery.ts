@@ -67,9 +67,9 @@ export async function checkDiscovery (source: DiscoverySource, answer: Answer, r
   } catch {
     throw new GrantError(`discovery: ${url} answered 200 with a body that is not JSON: ${fetched} is not an OpenID Connect issuer`, 'wrong_url', { status: 200 })
   }
-  // Issuers compare exactly: a trailing slash makes another issuer, but for
-  // a bare origin, which is the same URL with or without it.
-  if (typeof named === 'string' && !sameIssuer(issuer, named)) {
+  // Issuers compare exactly (RFC 8414 §3.3): a trailing slash makes another
+  // issuer, a bare origin's too.
+  if (typeof named === 'string' && named !== issuer) {
     const slash = named.replace(/\/+$/, '') === issuer.replace(/\/+$/, '') ? ' (they differ in a trailing slash, and issuers compare exactly)' : ''
     throw new GrantError(`discovery: the document at ${url} names the issuer ${JSON.stringify(shorten(named, 200))}, not ${issuer}${slash}: set AUTH_ISSUER_URL to the issuer exactly as the server names it${fetched === 'AUTH_ISSUER_URL' && slash === '' ? ` (and, should the sidecar reach it by another address, AUTH_DISCOVERY_URL=${issuer.replace(/\/+$/, '')})` : ''}`, 'wrong_url', { status: 200 })
   }
@@ -142,18 +142,6 @@ function rebaser (issuer: string, documentUrl: string): (endpoint: string) => st
   const named = issuer.replace(/\/+$/, '')
   if (base === named) return (endpoint) => endpoint
   return (endpoint) => endpoint.startsWith(`${named}/`) ? base + endpoint.slice(named.length) : endpoint
-}
-
-/** Whether the document's issuer is the configured one: the same string, or the same bare origin with or without its slash. */
-function sameIssuer (configured: string, named: string): boolean {
-  if (named === configured) return true
-  const bare = /^https?:\/\/[^/?#]+\/?$/i
-  if (!bare.test(configured) || !bare.test(named)) return false
-  try {
-    return new URL(configured).href === new URL(named).href
-  } catch {
-    return false
-  }
 }
 
 /** A metadata field that lists strings, as it is; undefined when the document has no such list. */
