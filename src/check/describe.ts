@@ -94,18 +94,8 @@ export function advice (failure: unknown, config: Config, side: 'auth' | 'upstre
   if (TLS_CODES.test(message)) {
     return `. TLS trust: the server's certificate is not trusted here; give its CA with ${side === 'auth' ? 'AUTH_TLS_CA_FILE' : 'UPSTREAM_TLS_CA_FILE'}=/path/ca.pem, or to Node.js with NODE_EXTRA_CA_CERTS=/path/ca.pem in the environment (not in .env)`
   }
-  if (failure instanceof GrantError && failure.kind === 'rejected' && config.auth.mode === 'oauth2') {
-    // Keycloak answers a wrong client secret with unauthorized_client too:
-    // its description tells the two apart, and the message already names a
-    // setting when it knows one.
-    if (/: turn on|pending required actions/.test(message)) return ''
-    switch (failure.oauthError) {
-      case 'invalid_grant': return config.auth.grantType === 'password' && /credentials/i.test(message) ? '. Check AUTH_USERNAME and AUTH_PASSWORD (or their files)' : ''
-      case 'invalid_client':
-      case 'unauthorized_client': return `. Check AUTH_CLIENT_ID and AUTH_CLIENT_SECRET${config.auth.clientAuth === 'client_secret_basic' ? ', and whether the server takes client_secret_basic (AUTH_CLIENT_AUTH)' : ''}`
-      default: return ''
-    }
-  }
+  // a refusal's message already names what to change, as the log says it
+  if (failure instanceof GrantError && failure.kind === 'rejected') return ''
   if (failure instanceof GrantError && failure.kind === 'wrong_url') {
     return config.auth.mode === 'oauth2' && config.auth.issuerUrl !== undefined && /^discovery/.test(message)
       ? ''

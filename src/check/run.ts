@@ -5,7 +5,7 @@ import { Writable } from 'node:stream'
 import { buildApp, type App } from '../app.js'
 import { ConfigError, loadConfig, type Config, type CredentialConfig } from '../config/load.js'
 import type { HeldCredential } from '../token/registry.js'
-import { wellKnownUrl } from '../config/auth.js'
+import { metadataUrl, wellKnownUrl } from '../config/auth.js'
 import { errorBody, ERRORS, type ErrorCode } from '../errors.js'
 import { createLogger } from '../logger.js'
 import type { UpstreamError } from '../proxy/context.js'
@@ -36,7 +36,8 @@ code path (--path, relative to BASE_URL, default its base path), and ends the
 session it opened (unless AUTH_LOGOUT_ON_SHUTDOWN=false). No port is opened.
 
 Exit codes: 0 all passed, 1 configuration, 2 usage, 3 discovery, 4 grant,
-5 upstream (unreachable, or it refused the token: 401/403), 6 ending the session.
+5 upstream (unreachable, failing, a redirect, or it refused the token: 401/403),
+6 ending the session.
 `
 }
 
@@ -156,8 +157,9 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
           ...(endpoints?.ignored ?? [])
         ]
         // fetched from another address than the issuer's: the issuer it names is said too
-        const issuer = c.auth.discoveryUrl === wellKnownUrl(c.auth.issuerUrl) ? '' : `issuer ${endpoints?.issuer ?? ''}, `
-        say('ok', of('discovery', c.name), `${c.auth.discoveryUrl ?? ''}: ${issuer}${found.join(', ')}`)
+        const url = endpoints?.url ?? c.auth.discoveryUrl ?? ''
+        const issuer = url === wellKnownUrl(c.auth.issuerUrl) || url === metadataUrl(c.auth.issuerUrl) ? '' : `issuer ${endpoints?.issuer ?? ''}, `
+        say('ok', of('discovery', c.name), `${url}: ${issuer}${found.join(', ')}`)
       } catch (err) {
         say('FAIL', of('discovery', c.name), `${(err as Error).message}${advice(err, config, 'auth')}`)
         failed(CHECK_EXIT.discovery)
@@ -216,9 +218,10 @@ const REFUSES_REQUEST = new Set([407, 408, 413, 414, 431])
 /**
  * One request through the proxy's own code path (Fastify's inject), its
  * answer read for at most UPSTREAM_TIMEOUT_MS and MAX_BODY_BYTES. The
- * verdict comes from the status: 2xx, 3xx and a 4xx about the path (404,
- * say) prove the upstream took the token; 401 and 403 refuse it; 5xx and the
- * 4xx that refuse the request itself fail.
+ * verdict comes from the status: 2xx and a 4xx about the path (404, say)
+ * prove the upstream took the token; 401 and 403 refuse it; a redirect
+ * (a login page's, typically) proves nothing of the token and fails, as do
+ * 5xx and the 4xx that refuse the request itself.
  */
 async function upstreamStep (app: App, route: Route, config: Config, args: CheckArgs, say: Say, step: string): Promise<number> {
   const { origin, basePath, path: prefix, name, credential: c } = route.config
@@ -270,12 +273,33 @@ async function upstreamStep (app: App, route: Route, config: Config, args: Check
     say('FAIL', step, `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, but it refuses the request itself (${res.statusCode === 407 ? 'an egress proxy wants credentials: check HTTPS_PROXY/HTTP_PROXY' : 'its headers or size: a token too large for the upstream, or a proxy in between with smaller limits'})`)
     return CHECK_EXIT.upstream
   }
+  if (res.statusCode >= 300 && res.statusCode < 400) {
+    say('FAIL', step, `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: ${redirectTo(res.headers.location, target)}, which is not an accepted token: a login page sends there (the upstream may want a browser session, not a token), or --path or BASE_URL names another place than the API's`)
+    return CHECK_EXIT.upstream
+  }
   if (res.statusCode >= 400) {
     say('ok', step, `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, and the token was not refused (try another --path for a 2xx)`)
     return CHECK_EXIT.ok
   }
   say('ok', step, `${args.method} ${target} answered ${res.statusCode} in ${ms} ms: reached, ${dpop ? 'DPoP-bound token and proof accepted' : 'token accepted'}`)
   return CHECK_EXIT.ok
+}
+
+/**
+ * Where a redirect points, as `check` says it: the origin only, since the
+ * rest of a login page's URL may carry a code or a token.
+ */
+function redirectTo (location: string | string[] | undefined, target: string): string {
+  const value = Array.isArray(location) ? location[0] : location
+  if (value === undefined || value === '') return 'a redirect without a Location'
+  let url: URL
+  try {
+    url = new URL(value, target)
+  } catch {
+    return 'a redirect to a Location that is not a URL'
+  }
+  if (url.origin === 'null') return `a redirect to a ${url.protocol} URL`
+  return url.origin === new URL(target).origin ? `a redirect within ${url.origin}` : `a redirect to ${url.origin}`
 }
 
 /** At most MAX_BODY_BYTES of an answer, as text, until `signal` (which also destroys the stream); what is left is not read. */

@@ -1,4 +1,4 @@
-import { clientAuthSettings } from './client-auth.js'
+import { byCertificate, clientAuthSettings } from './client-auth.js'
 import { tlsNames, tlsPaths } from './tls.js'
 import type { VariableName } from './schema.js'
 import type { ClientAuth, Config, DpopAlgorithm, PrimaryGrant } from './types.js'
@@ -46,7 +46,9 @@ export function parseAuth (raw: Raw, data: Record<string, unknown>, cwd: string,
   if (mode === 'oauth2') {
     let tokenUrl = parseHttpUrl('AUTH_TOKEN_URL', str('AUTH_TOKEN_URL'), problems, false)?.href
     let alternateTokenUrl: string | undefined
-    const issuerUrl = parseHttpUrl('AUTH_ISSUER_URL', str('AUTH_ISSUER_URL'), problems, false)?.href
+    // kept as written: the document must name the issuer exactly, and URL
+    // parsing would add a slash to a bare origin (https://h becomes https://h/)
+    const issuerUrl = parseHttpUrl('AUTH_ISSUER_URL', str('AUTH_ISSUER_URL'), problems, false) === undefined ? undefined : str('AUTH_ISSUER_URL')?.trim()
     const givenDiscoveryUrl = parseHttpUrl('AUTH_DISCOVERY_URL', str('AUTH_DISCOVERY_URL'), problems, false)
     const discoveryUrl = discoveryUrlOf(issuerUrl, givenDiscoveryUrl, str('AUTH_ISSUER_URL') !== undefined, problems)
     if (issuerUrl !== undefined && str('AUTH_URL') !== undefined) {
@@ -71,8 +73,8 @@ export function parseAuth (raw: Raw, data: Record<string, unknown>, cwd: string,
     // a client certificate goes only over TLS: over http it would silently not be presented
     // the address dialled decides: the discovery document's, when given apart from the issuer
     const plain = [tokenUrl, givenDiscoveryUrl?.href ?? issuerUrl].find((u) => u?.startsWith('http:'))
-    if (plain !== undefined && client.clientAuth === 'tls_client_auth') {
-      problems.push(`AUTH_CLIENT_AUTH=tls_client_auth needs an https auth server: ${plain} is http, where no client certificate is presented`)
+    if (plain !== undefined && byCertificate(client.clientAuth)) {
+      problems.push(`AUTH_CLIENT_AUTH=${client.clientAuth} needs an https auth server: ${plain} is http, where no client certificate is presented`)
     } else if (plain !== undefined && tls?.certFile !== undefined) {
       warnings.push(`AUTH_TLS_CERT_FILE is not presented: ${plain} is http`)
     }
@@ -94,6 +96,7 @@ export function parseAuth (raw: Raw, data: Record<string, unknown>, cwd: string,
       params: tokenParams(str('AUTH_TOKEN_PARAMS'), problems),
       logoutOnShutdown: raw.AUTH_LOGOUT_ON_SHUTDOWN !== false,
       ...(raw.AUTH_DPOP === true && { dpop: (str('AUTH_DPOP_ALG') ?? 'ES256') as DpopAlgorithm }),
+      ...(raw.AUTH_DPOP === true && data.AUTH_DPOP_ALG !== undefined && data.AUTH_DPOP_ALG !== '' && { dpopAlgSet: true as const }),
       ...(tls !== undefined && { tls })
     }
   } else {
@@ -117,14 +120,15 @@ export function parseAuth (raw: Raw, data: Record<string, unknown>, cwd: string,
   }
 }
 
-/** Where an OpenID Connect discovery document's URL ends; a URL without it is a base it is added to. */
-const WELL_KNOWN = /\/\.well-known\/openid-configuration$/
+/** A URL that names a metadata document in full: the OpenID Connect one, RFC 8414's, or another under /.well-known/. */
+const WELL_KNOWN = /\/\.well-known\//
 
 /**
- * The URL the discovery document is fetched from: AUTH_DISCOVERY_URL (the
- * document's own URL, or a base under which it is), else the issuer's.
- * Undefined without AUTH_ISSUER_URL, which names the issuer the document
- * must hold wherever it is fetched from.
+ * The URL the discovery document is fetched from: AUTH_DISCOVERY_URL (a
+ * document's own URL, OpenID Connect's or RFC 8414's, or a base under which
+ * the OpenID Connect one is), else the issuer's. Undefined without
+ * AUTH_ISSUER_URL, which names the issuer the document must hold wherever
+ * it is fetched from.
  */
 function discoveryUrlOf (issuerUrl: string | undefined, given: URL | undefined, issuerSet: boolean, problems: string[]): string | undefined {
   if (given !== undefined && !issuerSet) {
@@ -135,7 +139,19 @@ function discoveryUrlOf (issuerUrl: string | undefined, given: URL | undefined, 
   return issuerUrl === undefined ? undefined : wellKnownUrl(issuerUrl)
 }
 
-/** The OpenID Connect discovery document of an issuer (or of a base URL standing for it). */
+/** The OpenID Connect discovery document of an issuer (or of a base URL standing for it): appended to its path, any trailing slash removed first. */
 export function wellKnownUrl (issuer: string): string {
   return `${issuer.replace(/\/+$/, '')}/.well-known/openid-configuration`
+}
+
+/**
+ * An issuer's RFC 8414 authorization server metadata (section 3.1): the
+ * well-known part inserted between the origin and the issuer's path, the
+ * path's trailing slash removed (https://h/t1 has
+ * https://h/.well-known/oauth-authorization-server/t1).
+ */
+export function metadataUrl (issuer: string): string {
+  const url = new URL(issuer)
+  const path = url.pathname.replace(/\/+$/, '')
+  return `${url.origin}/.well-known/oauth-authorization-server${path}`
 }

@@ -14,20 +14,25 @@ export interface ClientAuthSettings {
   secretNeeded: boolean
 }
 
-const CLIENT_AUTHS: readonly ClientAuth[] = ['client_secret_post', 'client_secret_basic', 'private_key_jwt', 'client_secret_jwt', 'federated_jwt', 'tls_client_auth']
+const CLIENT_AUTHS: readonly ClientAuth[] = ['client_secret_post', 'client_secret_basic', 'private_key_jwt', 'client_secret_jwt', 'federated_jwt', 'tls_client_auth', 'self_signed_tls_client_auth']
+
+/** Whether the client authenticates by its TLS certificate (RFC 8705: a CA's, or a self-signed one the server holds). */
+export function byCertificate (clientAuth: ClientAuth): boolean {
+  return clientAuth === 'tls_client_auth' || clientAuth === 'self_signed_tls_client_auth'
+}
 
 /**
  * How the client authenticates (AUTH_CLIENT_AUTH) and what each way needs:
  * a secret for the client_secret_* ways and client_credentials, a readable
  * private key that fits its algorithm for private_key_jwt, a readable
  * assertion file for federated_jwt, a client certificate (AUTH_TLS_CERT_FILE)
- * for tls_client_auth. Settings another way would use are
+ * for tls_client_auth and self_signed_tls_client_auth. Settings another way would use are
  * warned about, not refused.
  */
 export function clientAuthSettings (raw: Raw, cwd: string, grantType: PrimaryGrant, problems: string[], warnings: string[]): ClientAuthSettings {
   const clientAuth = CLIENT_AUTHS.find((c) => c === raw.AUTH_CLIENT_AUTH) ?? 'client_secret_post'
   // the ways that send no secret: a signed assertion, or the TLS client certificate
-  const signed = clientAuth === 'private_key_jwt' || clientAuth === 'federated_jwt' || clientAuth === 'tls_client_auth'
+  const signed = clientAuth === 'private_key_jwt' || clientAuth === 'federated_jwt' || byCertificate(clientAuth)
   const secretSet = raw.AUTH_CLIENT_SECRET !== undefined || raw.AUTH_CLIENT_SECRET_FILE !== undefined
   const keyAlg = raw.AUTH_CLIENT_KEY_ALG as KeyAlgorithm | undefined
   const keyId = raw.AUTH_CLIENT_KEY_ID === undefined ? undefined : String(raw.AUTH_CLIENT_KEY_ID)
@@ -62,8 +67,8 @@ export function clientAuthSettings (raw: Raw, cwd: string, grantType: PrimaryGra
   } else if (raw.AUTH_CLIENT_ASSERTION_FILE !== undefined) {
     warnings.push('AUTH_CLIENT_ASSERTION_FILE is used only with AUTH_CLIENT_AUTH=federated_jwt')
   }
-  if (clientAuth === 'tls_client_auth' && (raw.AUTH_TLS_CERT_FILE === undefined || raw.AUTH_TLS_KEY_FILE === undefined)) {
-    problems.push('AUTH_TLS_CERT_FILE and AUTH_TLS_KEY_FILE are required with AUTH_CLIENT_AUTH=tls_client_auth: the certificate the client authenticates with')
+  if (byCertificate(clientAuth) && (raw.AUTH_TLS_CERT_FILE === undefined || raw.AUTH_TLS_KEY_FILE === undefined)) {
+    problems.push(`AUTH_TLS_CERT_FILE and AUTH_TLS_KEY_FILE are required with AUTH_CLIENT_AUTH=${clientAuth}: the certificate the client authenticates with`)
   }
   return settings
 }

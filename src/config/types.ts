@@ -8,7 +8,7 @@ export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' |
 export type PrimaryGrant = 'password' | 'client_credentials'
 
 /** How the client authenticates to the token endpoint (AUTH_CLIENT_AUTH). */
-export type ClientAuth = 'client_secret_post' | 'client_secret_basic' | 'private_key_jwt' | 'client_secret_jwt' | 'federated_jwt' | 'tls_client_auth'
+export type ClientAuth = 'client_secret_post' | 'client_secret_basic' | 'private_key_jwt' | 'client_secret_jwt' | 'federated_jwt' | 'tls_client_auth' | 'self_signed_tls_client_auth'
 
 /** TLS files for the connections to one server: a client certificate and its key, extra trusted CAs (absolute paths), and the variables that named them. */
 export interface TlsPaths {
@@ -54,6 +54,8 @@ export interface OAuth2Settings {
   logoutOnShutdown: boolean
   /** AUTH_DPOP: the algorithm of the DPoP key; undefined for bearer tokens */
   dpop?: DpopAlgorithm
+  /** AUTH_DPOP_ALG was set: the server must offer it (unset, one it offers is chosen) */
+  dpopAlgSet?: true
   /** AUTH_TLS_*: what the connections to the auth server present and trust; undefined for Node's defaults */
   tls?: TlsPaths
 }

@@ -41,8 +41,9 @@ export interface ClientAuthOptions {
  *   jti, exp 60 s after iat), signed with the key or, HS256, the secret;
  * - federated_jwt: the JWT someone else issued, sent as it is, unless it has
  *   expired;
- * - tls_client_auth: the client id in the form, the TLS client certificate
- *   the proof (RFC 8705 §2.1).
+ * - tls_client_auth, self_signed_tls_client_auth: the client id in the
+ *   form, the TLS client certificate the proof (RFC 8705 §2.1, §2.2: a CA's
+ *   certificate, or a self-signed one the server holds).
  */
 export class ClientAuthenticator {
   readonly #o: ClientAuthOptions
@@ -78,6 +79,7 @@ export class ClientAuthenticator {
       case 'federated_jwt':
         return this.#told(federated(this.#federated(creds.clientAssertion ?? '')))
       case 'tls_client_auth':
+      case 'self_signed_tls_client_auth':
         // the connection's client certificate is the proof; the form names the client
         return oauth.TlsClientAuth()
       default:

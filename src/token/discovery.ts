@@ -1,30 +1,39 @@
 import * as oauth from 'oauth4webapi'
-import { wellKnownUrl } from '../config/auth.js'
+import { metadataUrl, wellKnownUrl } from '../config/auth.js'
 import { GrantError, type Answer, type Shorten } from './grant.js'
 
 /**
- * OpenID Connect discovery (AUTH_ISSUER_URL): the realm's endpoints read
- * from its `/.well-known/openid-configuration`. oauth4webapi checks that
- * the document names the configured issuer (RFC 8414 §3.3); the sidecar
- * adds what it needs on top.
+ * Discovery (AUTH_ISSUER_URL): the auth server's endpoints read from its
+ * OpenID Connect document (`/.well-known/openid-configuration`) or its
+ * RFC 8414 metadata (`/.well-known/oauth-authorization-server`). The
+ * document must name the configured issuer exactly (RFC 8414 §3.3); the
+ * sidecar adds what it needs on top.
  */
 export interface Endpoints {
   /** the issuer as the document names it */
   issuer: string
+  /** where the document was fetched */
+  url: string
   /** undefined when AUTH_TOKEN_URL wins and the document has none */
   tokenUrl?: string
   endSessionUrl?: string
   revocationUrl?: string
-  /** endpoints named but not used, and why (for the log) */
+  /** what the log and `check` warn about: endpoints named but not used and why, a client authentication method the server does not list */
   ignored: string[]
   /** the endpoints are the document's mtls_endpoint_aliases (RFC 8705 §5): the sidecar presents a client certificate */
   mtls?: true
+  /** dpop_signing_alg_values_supported, where the document lists them */
+  dpopAlgs?: string[]
+  /** token_endpoint_auth_methods_supported, where the document lists them */
+  authMethods?: string[]
 }
 
 /** Where the document comes from: the issuer it must name, and the URL it is fetched from (the issuer's own, or AUTH_DISCOVERY_URL's). */
 export interface DiscoverySource {
   issuer: string
   url: string
+  /** documents tried before this one that were not there (404), said with this one's failure */
+  missing?: string[]
 }
 
 /**
@@ -42,13 +51,15 @@ export interface DiscoverySource {
 export async function checkDiscovery (source: DiscoverySource, answer: Answer, res: Response, configuredTokenUrl: string | undefined, shorten: Shorten, presentsCertificate = false): Promise<Endpoints> {
   const { issuer, url } = source
   // the variable that named where the document is fetched
-  const fetched = url === wellKnownUrl(issuer) ? 'AUTH_ISSUER_URL' : 'AUTH_DISCOVERY_URL'
+  const fetched = url === wellKnownUrl(issuer) || url === metadataUrl(issuer) ? 'AUTH_ISSUER_URL' : 'AUTH_DISCOVERY_URL'
   if (answer.status >= 500 || answer.status === 429 || answer.status === 408) {
     throw new GrantError(`discovery: ${url} answered ${answer.status}`, 'transient', { status: answer.status })
   }
   if (answer.status !== 200) {
     const redirect = answer.status >= 300 && answer.status < 400 ? ` (a redirect${answer.location === undefined ? '' : ` to ${shorten(answer.location, 200)}`})` : ''
-    throw new GrantError(`discovery: ${url} answered ${answer.status}${redirect}: ${fetched} is not an OpenID Connect issuer (Keycloak's is https://host/realms/<realm>)`, 'wrong_url', { status: answer.status })
+    const missing = source.missing ?? []
+    const tried = [...missing.map((u) => `${u} answered 404`), `${url} answered ${answer.status}${redirect}`].join(', then ')
+    throw new GrantError(`discovery: ${tried}: ${fetched} is not an OpenID Connect issuer${missing.length > 0 ? ' nor an RFC 8414 authorization server' : ''} (Keycloak's is https://host/realms/<realm>)`, 'wrong_url', { status: answer.status })
   }
   let named: unknown
   try {
@@ -56,17 +67,17 @@ export async function checkDiscovery (source: DiscoverySource, answer: Answer, r
   } catch {
     throw new GrantError(`discovery: ${url} answered 200 with a body that is not JSON: ${fetched} is not an OpenID Connect issuer`, 'wrong_url', { status: 200 })
   }
-  // A trailing slash in AUTH_ISSUER_URL is forgiven: the document's issuer is then the one expected.
-  const expected = typeof named === 'string' && named === issuer.replace(/\/+$/, '') ? named : issuer
+  // Issuers compare exactly (RFC 8414 §3.3): a trailing slash makes another
+  // issuer, a bare origin's too.
+  if (typeof named === 'string' && named !== issuer) {
+    const slash = named.replace(/\/+$/, '') === issuer.replace(/\/+$/, '') ? ' (they differ in a trailing slash, and issuers compare exactly)' : ''
+    throw new GrantError(`discovery: the document at ${url} names the issuer ${JSON.stringify(shorten(named, 200))}, not ${issuer}${slash}: set AUTH_ISSUER_URL to the issuer exactly as the server names it${fetched === 'AUTH_ISSUER_URL' && slash === '' ? ` (and, should the sidecar reach it by another address, AUTH_DISCOVERY_URL=${issuer.replace(/\/+$/, '')})` : ''}`, 'wrong_url', { status: 200 })
+  }
   let doc: oauth.AuthorizationServer
   try {
-    doc = await oauth.processDiscoveryResponse(new URL(expected), res)
+    doc = await oauth.processDiscoveryResponse(new URL(typeof named === 'string' ? named : issuer), res)
   } catch (err) {
-    const shown = typeof named === 'string' ? JSON.stringify(shorten(named, 200)) : 'none'
-    const why = typeof named === 'string' && named !== expected
-      ? `names the issuer ${shown}, not ${issuer}: set AUTH_ISSUER_URL to the issuer exactly as the server names it${fetched === 'AUTH_ISSUER_URL' ? ` (and, should the sidecar reach it by another address, AUTH_DISCOVERY_URL=${issuer.replace(/\/+$/, '')})` : ''}`
-      : `is not an issuer's metadata (${shorten((err as Error).message.replace(/"response" body /g, ''), 200)})`
-    throw new GrantError(`discovery: the document at ${url} ${why}`, 'wrong_url', { status: 200, cause: err })
+    throw new GrantError(`discovery: the document at ${url} is not an issuer's metadata (${shorten((err as Error).message.replace(/"response" body /g, ''), 200)})`, 'wrong_url', { status: 200, cause: err })
   }
   // An https document's endpoints are https too: a document that sends the
   // credentials over plain http is refused, not followed.
@@ -103,9 +114,14 @@ export async function checkDiscovery (source: DiscoverySource, answer: Answer, r
   }
   const endSessionUrl = sameOrigin('end_session_endpoint')
   const revocationUrl = sameOrigin('revocation_endpoint')
+  const dpopAlgs = strings(doc.dpop_signing_alg_values_supported)
+  const authMethods = strings(doc.token_endpoint_auth_methods_supported)
   return {
     issuer: doc.issuer,
+    url,
     ignored,
+    ...(dpopAlgs !== undefined && { dpopAlgs }),
+    ...(authMethods !== undefined && { authMethods }),
     ...(aliases !== undefined && { mtls: true as const }),
     ...(tokenUrl !== undefined && { tokenUrl }),
     ...(endSessionUrl !== undefined && { endSessionUrl }),
@@ -119,8 +135,16 @@ export async function checkDiscovery (source: DiscoverySource, answer: Answer, r
  * address is the issuer's own.
  */
 function rebaser (issuer: string, documentUrl: string): (endpoint: string) => string {
-  const base = documentUrl.replace(/\/\.well-known\/[^/]+$/, '')
+  // RFC 8414's URL has the issuer's path after the well-known part; OpenID Connect's, before it
+  const { origin, pathname } = new URL(documentUrl)
+  const inserted = /^\/\.well-known\/[^/]+(\/.*)?$/.exec(pathname)
+  const base = inserted !== null ? origin + (inserted[1] ?? '') : documentUrl.replace(/\/\.well-known\/[^/]+$/, '')
   const named = issuer.replace(/\/+$/, '')
   if (base === named) return (endpoint) => endpoint
   return (endpoint) => endpoint.startsWith(`${named}/`) ? base + endpoint.slice(named.length) : endpoint
+}
+
+/** A metadata field that lists strings, as it is; undefined when the document has no such list. */
+function strings (value: unknown): string[] | undefined {
+  return Array.isArray(value) && value.every((v) => typeof v === 'string') ? value as string[] : undefined
 }

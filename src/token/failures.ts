@@ -38,6 +38,8 @@ export function logFailure (log: Logger, step: GrantType | 'discovery', e: Grant
     log.error(fields, 'the client credential cannot be used: nothing was sent; retrying when its file changes')
   } else if (repeated) {
     log.debug(fields, 'token request failed again')
+  } else if (step === 'discovery' && e.kind === 'rejected') {
+    log.error(fields, 'discovery: the auth server does not offer what the configuration asks for; change the setting the reason names')
   } else if (step === 'discovery' && e.kind === 'wrong_url') {
     log.error(fields, 'discovery failed: check AUTH_ISSUER_URL (Keycloak\'s is https://host/realms/<realm>)')
   } else if (e.kind === 'wrong_url') {

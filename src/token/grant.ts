@@ -257,6 +257,11 @@ const HINTS: Array<[RegExp, string]> = [
   [/DPoP proof is missing/i, ': the client requires DPoP-bound tokens; set AUTH_DPOP=true']
 ]
 
+/** Keycloak's hint for a refusal's description, when it is one of its configuration errors. */
+export function keycloakHint (description: string): string | undefined {
+  return HINTS.find(([pattern]) => pattern.test(description))?.[1]
+}
+
 /**
  * The GrantError of an answer other than 200: sorted by status and its OAuth
  * error (oauth4webapi's reading of it), with Keycloak's hints.
@@ -286,7 +291,7 @@ export function errorFromAnswer (answer: Answer, shorten: Shorten, refusal: { er
   }
   // Any other 4xx (invalid_grant, invalid_client, an unknown realm...) will
   // not fix itself: it is retried slowly, never in a tight loop.
-  const hint = HINTS.find(([pattern]) => pattern.test(said))?.[1] ?? ''
+  const hint = keycloakHint(said) ?? ''
   return new GrantError(what + hint, 'rejected', { status: answer.status, description, ...(oauthError !== undefined && { oauthError }) })
 }
 

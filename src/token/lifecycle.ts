@@ -366,12 +366,13 @@ export class TokenLifecycle implements Credential {
     const rejected = e.kind === 'rejected'
     this.#lastFailureKind = classify(step, e)
     // What will not change by itself, and what may each time have taken the
-    // credentials somewhere, is retried slowly: a refusal, a URL that is no
-    // token endpoint, a client credential that cannot be used. An outage is
+    // credentials somewhere, is retried slowly: a refusal (the server's, or
+    // its metadata's of the configuration), a URL that is no token endpoint,
+    // a client credential that cannot be used. An outage is
     // retried with backoff; so is an answer without a usable token (a
     // glitch, often), its backoff growing to the slow pace, since each such
     // answer may have opened a session.
-    const slow = e.kind === 'credential' || (step !== 'discovery' && (rejected || e.kind === 'wrong_url'))
+    const slow = e.kind === 'credential' || rejected || (step !== 'discovery' && e.kind === 'wrong_url')
     const delay = slow
       ? slowRetryDelay(this.#o.rejectedRetryMs, this.#random())
       : backoffDelay({ minMs: this.#o.retryMinMs, maxMs: e.kind === 'unusable' ? this.#o.rejectedRetryMs : this.#o.retryMaxMs }, this.#failures, this.#random(), e.retryAfterMs)

@@ -6,11 +6,14 @@ import type { GrantTrace } from '../tracing/tracing.js'
 import type { SecretScrubber } from '../secrets.js'
 import type { ClientAuthenticator } from './client-auth.js'
 import type { Clock } from './clock.js'
-import { wellKnownUrl } from '../config/auth.js'
+import { metadataUrl, wellKnownUrl } from '../config/auth.js'
+import { DPOP_ALGORITHMS } from '../config/schema.js'
+import type { DpopAlgorithm } from '../config/types.js'
 import { checkDiscovery, type Endpoints } from './discovery.js'
-import { dpopNonceOf, htuOf, type DpopKey } from './dpop.js'
+import { DpopKey, dpopNonceOf, htuOf } from './dpop.js'
 import { ACCESS_TOKEN_TYPE, answerOf, checkTokenAnswer, GrantError, grantFields, oauthErrorOf, TOKEN_EXCHANGE, USABLE_ISSUED_TYPES, type Answer, type Fields, type GrantExtras, type TokenSet } from './grant.js'
 import { presentedCertificate, type AuthFetch } from './http.js'
+import { advised } from './advice.js'
 import { refusesCertificate } from '../tls/certificate.js'
 
 export interface OAuthClientOptions {
@@ -37,6 +40,8 @@ export interface OAuthClientOptions {
   timeoutMs: number
   /** DPoP mode: every request carries a proof with this key, and tokens must be bound to it */
   dpop?: DpopKey
+  /** AUTH_DPOP_ALG was set: a server that does not offer its algorithm is a configuration error; unset, a key of one it offers replaces `dpop` */
+  dpopAlgSet?: boolean
   clock: Clock
   log: Logger
   secrets: SecretScrubber
@@ -56,7 +61,9 @@ export class OAuthClient {
   readonly #o: OAuthClientOptions
   readonly #client: oauth.Client
   readonly #fetch: AuthFetch
-  readonly #dpop: oauth.DPoPHandle | undefined
+  #dpop: oauth.DPoPHandle | undefined
+  /** the DPoP key: the one given, or one of an algorithm the server offers (discovery) */
+  #dpopKey: DpopKey | undefined
   /** undefined until discovery has named it */
   #tokenUrl: string | undefined
   /** what discovery found; undefined until it has run (or without AUTH_ISSUER_URL) */
@@ -74,6 +81,7 @@ export class OAuthClient {
     this.#client = { client_id: options.clientId }
     this.#fetch = options.fetch
     this.#dpop = options.dpop?.handle()
+    this.#dpopKey = options.dpop
     this.#tokenUrl = options.tokenUrl
     this.#alternateTokenUrl = options.alternateTokenUrl
   }
@@ -105,12 +113,12 @@ export class OAuthClient {
 
   /** The scheme of the Authorization header the tokens go in. */
   get scheme (): 'DPoP' | 'Bearer' {
-    return this.#o.dpop === undefined ? 'Bearer' : 'DPoP'
+    return this.#dpopKey === undefined ? 'Bearer' : 'DPoP'
   }
 
   /** The DPoP key, in DPoP mode. */
   get dpop (): DpopKey | undefined {
-    return this.#o.dpop
+    return this.#dpopKey
   }
 
   /** Aborts the request in flight; nothing more is sent but the session ending. */
@@ -129,26 +137,73 @@ export class OAuthClient {
     const url = this.discoveryUrl
     if (issuer === undefined || url === undefined) return undefined
     if (this.#endpoints !== undefined) return this.#endpoints
-    this.#o.log.debug({ event: 'discovery', url }, 'discovery request')
+    const shorten = this.#shorten
     // fetched from the URL as configured (AUTH_DISCOVERY_URL may be any
     // address), not one derived from the issuer as oauth4webapi's
-    // discoveryRequest would; processDiscoveryResponse checks the document
-    const res = await this.request('discovery', this.#o.timeoutMs, async (signal) => await this.#fetch(url, { method: 'GET', headers: { accept: 'application/json' }, signal }))
-    const shorten = this.#shorten
-    const endpoints = await checkDiscovery({ issuer, url }, await answerOf(res), res, this.#tokenUrl, shorten, this.#o.tls?.presents === true)
+    // discoveryRequest would; processDiscoveryResponse checks the document.
+    // The issuer's OpenID Connect document, when not there, gives way to its
+    // RFC 8414 metadata (OAuth-only servers publish just that); a document
+    // AUTH_DISCOVERY_URL names is the only one fetched.
+    const missing: string[] = []
+    let at = url
+    let endpoints: Endpoints | undefined
+    while (endpoints === undefined) {
+      const from = at
+      this.#o.log.debug({ event: 'discovery', url: from }, 'discovery request')
+      const res = await this.request('discovery', this.#o.timeoutMs, async (signal) => await this.#fetch(from, { method: 'GET', headers: { accept: 'application/json' }, signal }))
+      const answer = await answerOf(res)
+      const metadata = answer.status === 404 && missing.length === 0 && from === wellKnownUrl(issuer) ? metadataUrl(issuer) : undefined
+      if (metadata !== undefined) {
+        await res.body?.cancel().catch(() => {})
+        missing.push(from)
+        at = metadata
+      } else {
+        endpoints = await checkDiscovery({ issuer, url: from, missing }, answer, res, this.#tokenUrl, shorten, this.#o.tls?.presents === true)
+      }
+    }
+    await this.#offered(endpoints)
     this.#endpoints = endpoints
     this.#tokenUrl ??= endpoints.tokenUrl
     for (const ignored of endpoints.ignored) this.#o.log.warn({ event: 'discovery' }, shorten(ignored, 500))
     this.#o.log.info({
       event: 'discovery',
       issuer,
-      ...(url !== wellKnownUrl(issuer) && { discoveryUrl: url }),
+      ...(endpoints.url !== wellKnownUrl(issuer) && { discoveryUrl: endpoints.url }),
       tokenUrl: this.#tokenUrl,
       endSessionUrl: endpoints.endSessionUrl ?? null,
       revocationUrl: endpoints.revocationUrl ?? null,
       ...(endpoints.mtls === true && { mtlsEndpointAliases: true })
     }, 'discovered the realm\'s endpoints')
     return endpoints
+  }
+
+  /**
+   * What the server says it supports, against what is configured: a DPoP
+   * algorithm it does not offer is a configuration error when AUTH_DPOP_ALG
+   * names it, and otherwise gives way to a key of one it offers (ES256
+   * first); a client authentication method it does not list is warned about
+   * (the list may be incomplete, so the grant is still tried).
+   */
+  async #offered (endpoints: Endpoints): Promise<void> {
+    const method = this.#o.client.mode
+    const methods = endpoints.authMethods
+    if (methods !== undefined && !methods.includes(method)) {
+      endpoints.ignored.push(`AUTH_CLIENT_AUTH=${method} is not among the client authentication methods the auth server lists (token_endpoint_auth_methods_supported: ${this.#shorten(methods.join(', '), 300)}): the token endpoint may refuse the client`)
+    }
+    const offered = endpoints.dpopAlgs
+    const key = this.#dpopKey
+    if (key === undefined || offered === undefined || offered.includes(key.alg)) return
+    const shown = this.#shorten(offered.join(', '), 300)
+    if (this.#o.dpopAlgSet === true) {
+      throw new GrantError(`discovery: AUTH_DPOP_ALG=${key.alg} is not among the DPoP algorithms the auth server offers (dpop_signing_alg_values_supported: ${shown}): set AUTH_DPOP_ALG to one of them, or unset it`, 'rejected', { status: 200 })
+    }
+    const chosen = (DPOP_ALGORITHMS as readonly DpopAlgorithm[]).find((alg) => offered.includes(alg))
+    if (chosen === undefined) {
+      throw new GrantError(`discovery: the auth server offers DPoP with ${shown} only (dpop_signing_alg_values_supported), none of which AUTH_DPOP_ALG can be (${DPOP_ALGORITHMS.join(', ')})`, 'rejected', { status: 200 })
+    }
+    this.#dpopKey = await DpopKey.generate(chosen)
+    this.#dpop = this.#dpopKey.handle()
+    this.#o.log.info({ event: 'discovery', dpopAlg: chosen }, `the auth server does not offer ${key.alg} for DPoP proofs: using a new ${chosen} key (AUTH_DPOP_ALG selects one)`)
   }
 
   /**
@@ -251,13 +306,14 @@ export class OAuthClient {
           continue
         }
         if (err instanceof GrantError && err.kind === 'wrong_url') throw new GrantError(`POST ${url}: ${err.message}`, 'wrong_url', { ...(err.status !== undefined && { status: err.status }) })
+        if (err instanceof GrantError) throw advised(err, { grant, clientAuth: this.#o.client.mode, scope: this.#o.extras.scope })
         throw err
       }
       // a token the server did not bind to the key is not used, not even as a bearer token
-      if (this.#o.dpop !== undefined && set.tokenType.toLowerCase() !== 'dpop') {
+      if (this.#dpopKey !== undefined && set.tokenType.toLowerCase() !== 'dpop') {
         throw new GrantError(`the token endpoint answered with a ${set.tokenType} token, not a DPoP-bound one: turn on "Require DPoP bound tokens" for the client in Keycloak 26.4 or later (Advanced, Proof of Possession), or set AUTH_DPOP=false`, 'unusable', { status: 200 })
       }
-      if (this.#o.dpop === undefined && set.tokenType.toLowerCase() === 'dpop') {
+      if (this.#dpopKey === undefined && set.tokenType.toLowerCase() === 'dpop') {
         throw new GrantError('the token endpoint answered with a DPoP-bound token, which only works with its proof: set AUTH_DPOP=true, or turn off "Require DPoP bound tokens" for the client', 'unusable', { status: 200 })
       }
       const certificate = presentedCertificate(res)
@@ -308,11 +364,11 @@ export class OAuthClient {
   }
 
   #proof (url: string): string | undefined {
-    return this.#o.dpop?.proof('POST', htuOf(url), { nonce: this.#nonce })
+    return this.#dpopKey?.proof('POST', htuOf(url), { nonce: this.#nonce })
   }
 
   #askedForNonce (answer: Answer): boolean {
-    return this.#o.dpop !== undefined && answer.status === 400 && dpopNonceOf(answer.dpopNonce) !== undefined && oauthErrorOf(answer.body).error === 'use_dpop_nonce'
+    return this.#dpopKey !== undefined && answer.status === 400 && dpopNonceOf(answer.dpopNonce) !== undefined && oauthErrorOf(answer.body).error === 'use_dpop_nonce'
   }
 
   /** The server's newest nonce, for the proofs of the requests oauth4webapi does not prove itself (the session's end). */

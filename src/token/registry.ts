@@ -131,7 +131,7 @@ export class CredentialRegistry {
     const store = new CredentialStore(config.sources, (message) => log.warn({ event: 'credentials' }, message))
     this.#stores.push(store)
     if (config.auth.mode === 'basic') return await BasicCredential.create(store)
-    const { tokenUrl, issuerUrl, discoveryUrl, alternateTokenUrl, grantType, clientAuth, clientId, clientKeyAlg, clientKeyId, scope, params, dpop } = config.auth
+    const { tokenUrl, issuerUrl, discoveryUrl, alternateTokenUrl, grantType, clientAuth, clientId, clientKeyAlg, clientKeyId, scope, params, dpop, dpopAlgSet } = config.auth
     const tls = config.auth.tls === undefined ? undefined : await this.#deps.tls.of(config.auth.tls, config.name === 'default' ? 'auth' : `auth (route ${config.name})`)
     const dpopKey = dpop === undefined ? undefined : await DpopKey.generate(dpop)
     const client = new ClientAuthenticator({
@@ -156,7 +156,7 @@ export class CredentialRegistry {
       fetch: connections.fetch,
       tls: { unusable: () => tls?.unusable(), presents: tls?.certificate !== undefined, refusal: connections.refusal },
       timeoutMs: global.token.timeoutMs,
-      ...(dpopKey !== undefined && { dpop: dpopKey }),
+      ...(dpopKey !== undefined && { dpop: dpopKey, dpopAlgSet: dpopAlgSet === true }),
       clock,
       log,
       secrets

@@ -13,6 +13,8 @@ export interface HeldSession {
 interface Attempt {
   url: string
   endpoint: 'end-session endpoint' | 'revocation endpoint'
+  /** revocation: the kind of token revoked */
+  hint?: 'refresh_token' | 'access_token'
   send: (timeoutMs: number) => Promise<Answer>
 }
 
@@ -44,7 +46,7 @@ export async function endSession (server: OAuthClient, held: HeldSession, timeou
   const revocationUrl = server.endpoints?.revocationUrl ?? (derived && attempts.length > 0 ? keycloakEndpointUrl(server.tokenUrl, 'revoke') : undefined)
   if (revocationUrl !== undefined) {
     const [token, hint] = refreshToken !== undefined ? [refreshToken, 'refresh_token' as const] : [accessToken!, 'access_token' as const]
-    attempts.push({ url: revocationUrl, endpoint: 'revocation endpoint', send: async (ms) => await server.revoke(revocationUrl, token, hint, ms) })
+    attempts.push({ url: revocationUrl, endpoint: 'revocation endpoint', hint, send: async (ms) => await server.revoke(revocationUrl, token, hint, ms) })
   }
   if (attempts.length === 0) {
     return refreshToken === undefined
@@ -57,7 +59,7 @@ export async function endSession (server: OAuthClient, held: HeldSession, timeou
   const deadline = clock.now() + timeoutMs
   const refusals: string[] = []
   let outcome: LogoutOutcome = 'error'
-  for (const { url, endpoint, send } of attempts) {
+  for (const { url, endpoint, send, hint } of attempts) {
     const left = refusals.length === 0 ? timeoutMs : Math.round(deadline - clock.now())
     if (left <= 0) {
       refusals.push(`no time left for the ${endpoint} ${url}`)
@@ -76,6 +78,11 @@ export async function endSession (server: OAuthClient, held: HeldSession, timeou
     const what = `the ${endpoint} ${url} answered ${status}`
     if (status >= 200 && status < 300) {
       return { outcome: 'success', detail: `session ended: ${what}${refusals.length === 0 ? '' : `, after ${refusals.join('; ')}`}` }
+    }
+    // RFC 7009 §2.2.1: the server does not revoke this kind of token (a
+    // self-contained JWT, say): there is no session the sidecar could end
+    if (endpoint === 'revocation endpoint' && status === 400 && answer.error === 'unsupported_token_type' && refusals.length === 0) {
+      return { outcome: 'skipped', detail: `nothing to end: ${what} unsupported_token_type (it does not revoke ${hint === 'refresh_token' ? 'refresh' : 'access'} tokens)` }
     }
     const error = answer.error === undefined ? undefined : shorten(answer.error, 100)
     const description = shorten(answer.description, MAX_DESCRIPTION)

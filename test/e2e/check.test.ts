@@ -418,3 +418,55 @@ t.test('check: each client certificate said, and a token bound to one the upstre
   t.match(same.output, /bound to the client certificate \(cnf x5t#S256 [\w-]{43}\), which the upstream gets too/)
   t.match(same.output, /^ok {3}upstream: GET https:\/\/127\.0\.0\.1:\d+\/ answered 200/m)
 })
+
+t.test('check: an upstream answering with a redirect (a login page) fails the upstream step, naming where it points but nothing after the origin', async (t) => {
+  const s = await servers(t)
+  const redirecting = createHttpServer((req, res) => {
+    const location = req.url === '/api/relative' ? '/login?next=%2Fapi' : 'https://login.example.com/authorize?state=eyJzZWNyZXQiOiJ4In0.abc&code=leaky-code-123'
+    res.writeHead(req.url === '/api/none' ? 303 : 302, req.url === '/api/none' ? {} : { location }).end()
+  })
+  await new Promise<void>((resolve) => redirecting.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { redirecting.close() })
+  const base = `http://127.0.0.1:${(redirecting.address() as AddressInfo).port}`
+  const env = { ...s.env, BASE_URL: `${base}/api` }
+
+  const away = await check(env)
+  t.equal(away.code, CHECK_EXIT.upstream)
+  t.match(away.lines.at(-2), /^FAIL upstream: GET http:\/\/127\.0\.0\.1:\d+\/api answered 302 in \d+ ms: a redirect to https:\/\/login\.example\.com, which is not an accepted token/)
+  t.notMatch(away.output, /authorize|state=|leaky-code/, 'nothing of the Location but its origin')
+  t.match(away.lines.at(-1), /^ok {3}session: session ended/, 'the session is ended even so')
+
+  const within = await check(env, ['--path', '/relative'])
+  t.equal(within.code, CHECK_EXIT.upstream)
+  t.match(within.output, new RegExp(`answered 302 in \\d+ ms: a redirect within ${base.replace(/\./g, '\\.')}, which is not an accepted token`))
+  t.notMatch(within.output, /login\?next/)
+
+  const bare = await check(env, ['--path', '/none'])
+  t.equal(bare.code, CHECK_EXIT.upstream)
+  t.match(bare.output, /answered 303 in \d+ ms: a redirect without a Location/)
+})
+
+t.test('check: a refused grant names what to change: AUTH_GRANT_TYPE, the client authentication settings, AUTH_SCOPE', async (t) => {
+  const refusal = (error: string, description: string): Fault => ({ status: 400, body: JSON.stringify({ error, error_description: description }) })
+  const cases: Array<[Fault, Record<string, string>, RegExp]> = [
+    [refusal('unsupported_grant_type', 'grant type not supported'), {}, /^FAIL grant: token endpoint answered 400 unsupported_grant_type \(grant type not supported\): the server does not offer the password grant; set AUTH_GRANT_TYPE to one it does \(client_credentials is the one most servers offer a service\)$/],
+    [{ ...refusal('invalid_client', 'client authentication failed'), status: 401 }, { AUTH_CLIENT_AUTH: 'client_secret_basic' }, /^FAIL grant: token endpoint answered 401 invalid_client \(client authentication failed\)\. Check AUTH_CLIENT_ID and AUTH_CLIENT_SECRET, and whether the server takes client_secret_basic \(AUTH_CLIENT_AUTH\)$/],
+    [refusal('invalid_scope', 'unknown scope'), { AUTH_SCOPE: 'orders:read' }, /^FAIL grant: token endpoint answered 400 invalid_scope \(unknown scope\)\. Check AUTH_SCOPE \("orders:read"\): the server refuses it, or a part of it, for this client$/]
+  ]
+  for (const [fault, env, said] of cases) {
+    const s = await servers(t, {}, [fault])
+    const { code, lines, output } = await check({ ...s.env, ...env })
+    t.equal(code, CHECK_EXIT.grant)
+    t.match(lines.at(-1), said)
+    noSecrets(t, output, s.tokenServer)
+  }
+})
+
+t.test('check: a revocation endpoint that does not revoke access tokens (400 unsupported_token_type) has nothing to end: skip, exit 0', async (t) => {
+  // discovery and the grant as usual, then the revocation refused
+  const s = await servers(t, {}, [{ delayMs: 0 }, { delayMs: 0 }, { status: 400, body: JSON.stringify({ error: 'unsupported_token_type', error_description: 'access tokens cannot be revoked' }) }])
+  const { code, lines } = await check({ ...s.env, AUTH_URL: '', AUTH_ISSUER_URL: s.tokenServer.issuer, AUTH_GRANT_TYPE: 'client_credentials', AUTH_USERNAME: '', AUTH_PASSWORD: '' })
+  t.equal(code, CHECK_EXIT.ok)
+  t.match(lines.at(-1), /^skip session: nothing to end: the revocation endpoint \S+\/revoke answered 400 unsupported_token_type \(it does not revoke access tokens\)$/)
+  t.match(s.tokenServer.logouts, [{ endpoint: 'revoke', status: 400 }])
+})

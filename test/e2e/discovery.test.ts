@@ -23,7 +23,7 @@ t.test('AUTH_ISSUER_URL: a document naming another issuer is not used; discovery
 
 t.test('AUTH_ISSUER_URL: until discovery works the sidecar is not ready, and says why', async (t) => {
   const d = await buildWithIssuer(t, [{ status: 404, body: '{"error":"Realm does not exist"}' }], { TOKEN_RETRY_MIN_MS: '60000', TOKEN_RETRY_MAX_MS: '60000' })
-  await until(() => d.tokenServer.discoveries === 1 && d.log.records().some((r) => r.event === 'discovery'))
+  await until(() => d.tokenServer.discoveries === 1 && d.log.records().some((r) => r.event === 'discovery' && r.outcome === 'error'))
   const ready = await get(`${d.adminUrl}/readyz`)
   t.equal(ready.status, 503)
   t.match(ready.body, /OpenID Connect discovery at http:\/\/127\.0\.0\.1:\d+\/auth\/realms\/service-realm\/\.well-known\/openid-configuration failed/)

@@ -1,5 +1,13 @@
+import { createHash, X509Certificate } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import { createServer as createHttpsServer } from 'node:https'
+import type { AddressInfo } from 'node:net'
+import { join } from 'node:path'
+import type { TLSSocket } from 'node:tls'
 import t from 'tap'
 import { build, CLIENT_SECRET, get, metric, until } from '../helpers/build.js'
+import { TestCa } from '../helpers/certificates.js'
+import { ConfigError, loadConfig } from '../../src/config/load.js'
 
 const CLIENT_CREDENTIALS = { AUTH_GRANT_TYPE: 'client_credentials', AUTH_USERNAME: '', AUTH_PASSWORD: '' }
 
@@ -81,4 +89,60 @@ t.test('AUTH_TOKEN_PARAMS: sent with every grant, decoded, repeated names kept',
     ], `${g.grantType} grant`)
     t.equal(g.form.grant_type, g.grantType, 'the sidecar\'s own fields are untouched')
   }
+})
+
+t.test('self_signed_tls_client_auth (RFC 8705 2.2): a self-signed certificate is the client\'s proof; no secret is needed or sent', async (t) => {
+  const dir = t.testdir({})
+  const ca = TestCa.create(join(dir, 'ca'))
+  const server = ca.issue('server', { cn: '127.0.0.1', san: 'IP:127.0.0.1' })
+  // a self-signed certificate: the one a CA of its own signs itself with, registered with the server as it is
+  TestCa.create(join(dir, 'own'), 'sidecar-self-signed')
+  const registered = createHash('sha256').update(new X509Certificate(readFileSync(join(dir, 'own', 'ca.pem'))).raw).digest('base64url')
+  const forms: Array<{ form: Record<string, string>, authorization: string | undefined, presented: string | undefined }> = []
+  const tokens = createHttpsServer({ key: server.key, cert: server.cert, requestCert: true, rejectUnauthorized: false }, (req, res) => {
+    let body = ''
+    req.on('data', (chunk: Buffer) => { body += chunk.toString() })
+    req.on('end', () => {
+      const peer = (req.socket as TLSSocket).getPeerCertificate()
+      const presented = peer.raw === undefined ? undefined : createHash('sha256').update(peer.raw).digest('base64url')
+      forms.push({ form: Object.fromEntries(new URLSearchParams(body)), authorization: req.headers.authorization, presented })
+      const known = presented === registered
+      res.writeHead(known ? 200 : 401, { 'content-type': 'application/json' })
+      res.end(JSON.stringify(known ? { access_token: `opaque-${forms.length}`, token_type: 'Bearer', expires_in: 300 } : { error: 'invalid_client' }))
+    })
+  })
+  await new Promise<void>((resolve) => tokens.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { tokens.closeAllConnections(); tokens.close() })
+  const h = await build(t, {
+    ...CLIENT_CREDENTIALS,
+    AUTH_URL: '',
+    AUTH_TOKEN_URL: `https://127.0.0.1:${(tokens.address() as AddressInfo).port}/token`,
+    AUTH_CLIENT_AUTH: 'self_signed_tls_client_auth',
+    AUTH_CLIENT_SECRET: '',
+    AUTH_TLS_CERT_FILE: join(dir, 'own', 'ca.pem'),
+    AUTH_TLS_KEY_FILE: join(dir, 'own', 'ca.key'),
+    AUTH_TLS_CA_FILE: ca.caFile
+  })
+  await until(() => h.app.credential.ready())
+  t.same(forms[0], { form: { grant_type: 'client_credentials', client_id: 'legacy-app' }, authorization: undefined, presented: registered }, 'the client id in the form, the certificate on the connection, nothing secret')
+})
+
+t.test('self_signed_tls_client_auth needs the certificate and an https auth server, as tls_client_auth does, and no secret', async (t) => {
+  const base = { BASE_URL: 'http://127.0.0.1:1', AUTH_CLIENT_ID: 'svc', AUTH_GRANT_TYPE: 'client_credentials', AUTH_CLIENT_AUTH: 'self_signed_tls_client_auth' }
+  const problems = (env: Record<string, string>): readonly string[] => {
+    try {
+      loadConfig({ ...base, ...env }, { cwd: '/nonexistent' })
+      return []
+    } catch (err) {
+      return (err as ConfigError).problems
+    }
+  }
+  t.same(problems({ AUTH_TOKEN_URL: 'https://as.example/token' }), ['AUTH_TLS_CERT_FILE and AUTH_TLS_KEY_FILE are required with AUTH_CLIENT_AUTH=self_signed_tls_client_auth: the certificate the client authenticates with'])
+  const dir = t.testdir({})
+  const own = TestCa.create(join(dir, 'own'), 'sidecar-self-signed')
+  const files = { AUTH_TLS_CERT_FILE: own.caFile, AUTH_TLS_KEY_FILE: join(dir, 'own', 'ca.key') }
+  t.same(problems({ AUTH_TOKEN_URL: 'http://as.example/token', ...files }), ['AUTH_CLIENT_AUTH=self_signed_tls_client_auth needs an https auth server: http://as.example/token is http, where no client certificate is presented'])
+  const config = loadConfig({ ...base, AUTH_TOKEN_URL: 'https://as.example/token', ...files, AUTH_CLIENT_SECRET: 'unused' }, { cwd: '/nonexistent' })
+  t.match(config.auth, { clientAuth: 'self_signed_tls_client_auth' }, 'no secret required')
+  t.ok(config.warnings.includes('AUTH_CLIENT_SECRET is not used with AUTH_CLIENT_AUTH=self_signed_tls_client_auth: no secret is sent'))
 })

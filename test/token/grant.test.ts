@@ -93,7 +93,8 @@ t.test('discovery: the issuer must match; an https issuer\'s endpoints must be h
   const issuer = 'https://kc.example/realms/r'
   const doc = (extra: object) => ({ status: 200, body: JSON.stringify({ issuer, token_endpoint: `${issuer}/protocol/openid-connect/token`, ...extra }) })
   t.match(await discovered(issuer, doc({ end_session_endpoint: `${issuer}/logout` })), { tokenUrl: `${issuer}/protocol/openid-connect/token`, endSessionUrl: `${issuer}/logout`, ignored: [] })
-  t.same((await discovered(`${issuer}/`, doc({}))).tokenUrl, `${issuer}/protocol/openid-connect/token`, 'a trailing slash in AUTH_ISSUER_URL is allowed')
+  const slashed = await discovered(`${issuer}/`, doc({})).catch((e: unknown) => e as GrantError)
+  t.match(slashed, { kind: 'wrong_url', message: `discovery: the document at ${issuer}/.well-known/openid-configuration names the issuer "${issuer}", not ${issuer}/ (they differ in a trailing slash, and issuers compare exactly): set AUTH_ISSUER_URL to the issuer exactly as the server names it` }, 'issuers compare exactly: a trailing slash makes another issuer, both shown')
   const fails = async (res: { status: number, body: string }, kind: string, message: RegExp, configuredTokenUrl?: string): Promise<void> => {
     try {
       await discovered(issuer, res, configuredTokenUrl)

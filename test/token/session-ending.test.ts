@@ -113,3 +113,37 @@ t.test('a token URL outside Keycloak\'s layout: no end-session endpoint to try, 
   t.equal(ended.outcome, 'skipped')
   t.equal(endpoint.calls.length, 1, 'only the grant')
 })
+
+t.test('a revocation endpoint answering 400 unsupported_token_type (RFC 7009 2.2.1): nothing to end, not an error', async (t) => {
+  const clock = new FakeClock()
+  const endpoint = new ScriptedEndpoint()
+  const log = captureLogger()
+  const issuer = 'https://as.invalid'
+  const credentials = { read: async () => ({ clientSecret: 's3cret' }), onChange: () => {} }
+  const server = new OAuthClient({
+    issuerUrl: issuer,
+    discoveryUrl: `${issuer}/.well-known/openid-configuration`,
+    grantType: 'client_credentials',
+    clientId: 'svc',
+    client: new ClientAuthenticator({ clientId: 'svc', clientAuth: 'client_secret_post', onSecret: () => {} }),
+    extras: {},
+    credentials,
+    fetch: endpoint.fetch,
+    timeoutMs: 10_000,
+    clock,
+    log: log.logger,
+    secrets: new SecretScrubber()
+  })
+  const manager = new TokenLifecycle({ source: new OwnGrants({ server, credentials, clock, log: log.logger, secrets: new SecretScrubber() }), log: log.logger, waitMs: 5_000, retryMinMs: 1_000, retryMaxMs: 30_000, rejectedRetryMs: 60_000, clock, secrets: new SecretScrubber() })
+  t.teardown(() => manager.stop())
+  endpoint.queue.push({ status: 200, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ issuer, token_endpoint: `${issuer}/token`, revocation_endpoint: `${issuer}/revoke` }) }, tokenAnswer(300, undefined, false))
+  manager.start()
+  await clock.advance(0)
+  t.equal(manager.ready(), true)
+  endpoint.queue.push(keycloakError(400, 'unsupported_token_type', 'only refresh tokens can be revoked'))
+  manager.stop()
+  const ended = await manager.endSession(5_000)
+  t.same(endpoint.calls.slice(2).map((c) => [c.url, c.form.token_type_hint]), [[`${issuer}/revoke`, 'access_token']], 'the access token was offered for revocation')
+  t.same(ended, { outcome: 'skipped', detail: `nothing to end: the revocation endpoint ${issuer}/revoke answered 400 unsupported_token_type (it does not revoke access tokens)` })
+  t.match(log.records().find((r) => r.event === 'logout'), { level: 30, outcome: 'skipped' }, 'logged at info, not as a failure')
+})
