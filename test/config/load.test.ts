@@ -253,7 +253,8 @@ t.test('AUTH_GRANT_TYPE=client_credentials: the client secret is required, the u
 t.test('AUTH_CLIENT_AUTH=client_secret_basic needs a client secret', async (t) => {
   t.same(problems({ ...minimal, AUTH_CLIENT_AUTH: 'client_secret_basic' }), ['AUTH_CLIENT_SECRET (or AUTH_CLIENT_SECRET_FILE) is required by AUTH_CLIENT_AUTH=client_secret_basic'])
   t.match(loadConfig({ ...minimal, AUTH_CLIENT_AUTH: 'client_secret_basic', AUTH_CLIENT_SECRET: 's' }, { cwd: '/x' }).auth, { clientAuth: 'client_secret_basic' })
-  t.same(problems({ ...minimal, AUTH_CLIENT_AUTH: 'self_signed_tls_client_auth' }), ['AUTH_CLIENT_AUTH must be one of client_secret_post, client_secret_basic, private_key_jwt, client_secret_jwt, federated_jwt, tls_client_auth'])
+  t.same(problems({ ...minimal, AUTH_CLIENT_AUTH: 'self_signed_tls_client_auth' }), ['AUTH_TLS_CERT_FILE and AUTH_TLS_KEY_FILE are required with AUTH_CLIENT_AUTH=self_signed_tls_client_auth: the certificate the client authenticates with'], 'a method of its own now (RFC 8705), needing its certificate')
+  t.same(problems({ ...minimal, AUTH_CLIENT_AUTH: 'tls_client_auth_x' }).filter((p) => p.startsWith('AUTH_CLIENT_AUTH must be one of')).length, 1, 'an unknown method is still refused')
 })
 
 t.test('AUTH_TOKEN_PARAMS: decoded pairs; the sidecar\'s own parameters and malformed text are refused without echoing values', async (t) => {
