@@ -140,17 +140,12 @@ export class Attempt {
     this.#try()
   }
 
-  /** A failure before the upstream's answer: the sidecar's 502 or 504, or nothing when the client has gone. */
+  /** The transport's failure before the upstream's answer: the sidecar's 502 or 504, or nothing when the client has gone. */
   failed (err: unknown): void {
-    if (this.#over) {
-      // the transport is done with a try given up before it started
-      this.#pending = false
-      return this.#release()
-    }
-    this.finish()
-    const cause = this.#abandoned ?? err
-    if (cause instanceof ClientGoneError || isClientGone(this.#reply.raw) || this.#request.raw.socket?.destroyed === true) return
-    answerUpstreamFailure(this.#o, this.#reply, this.#request.id, cause, this.#failedAs)
+    // the transport no longer holds the try (a refused connect never starts)
+    this.#pending = false
+    if (this.#over) return this.#release()
+    this.#fail(err)
   }
 
   /** The exchange with the upstream is over: its place given back, its timers and watch gone. */
@@ -189,7 +184,6 @@ export class Attempt {
       this.#pending = true
       this.#transport.send(this.#authorization, connection)
     } catch (err) {
-      this.#pending = false
       this.failed(err)
     }
   }
@@ -223,14 +217,23 @@ export class Attempt {
     if (this.#leaveQueue !== undefined) {
       this.#leaveQueue()
       this.#leaveQueue = undefined
-      return this.failed(reason)
+      return this.#fail(reason)
     }
     // not under way yet: cut when it starts (or, between a 401 and its replay, the replay does not go)
     if (this.#cancel === undefined) {
-      if (!this.#replayed) this.failed(reason)
+      if (!this.#replayed) this.#fail(reason)
       return
     }
     this.#cancel(reason)
+  }
+
+  /** Answers a failure, the try handed to the transport (if any) keeping its place until the transport lets it go. */
+  #fail (err: unknown): void {
+    if (this.#over) return
+    this.finish()
+    const cause = this.#abandoned ?? err
+    if (cause instanceof ClientGoneError || isClientGone(this.#reply.raw) || this.#request.raw.socket?.destroyed === true) return
+    answerUpstreamFailure(this.#o, this.#reply, this.#request.id, cause, this.#failedAs)
   }
 
   #tokenUnavailable (err: unknown): void {

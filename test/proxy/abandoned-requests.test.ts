@@ -81,3 +81,20 @@ t.test('a request whose client has gone (its end read) by the time it would be s
   t.equal(h.upstream.received.filter((r) => r.url.includes('gone')).length, 0, 'none reached the upstream')
   t.equal((await fetch(`${h.proxyUrl}/after`)).status, 200, 'a client that stays is served')
 })
+
+t.test('an upstream that refuses connections gives each request its 502 and its place back: the route serves once the upstream is back', async (t) => {
+  const { createServer: createHttpServer } = await import('node:http')
+  const placeholder = createHttpServer()
+  await new Promise<void>((resolve) => placeholder.listen(0, '127.0.0.1', resolve))
+  const port = (placeholder.address() as AddressInfo).port
+  await new Promise<void>((resolve) => placeholder.close(() => resolve()))
+  const h = await build(t, { BASE_URL: `http://127.0.0.1:${port}/api`, UPSTREAM_CONNECTIONS: '1', UPSTREAM_TIMEOUT_MS: '5000' })
+  await until(() => h.app.credential.ready())
+  const statuses: number[] = []
+  for (let i = 0; i < 4; i++) statuses.push((await fetch(`${h.proxyUrl}/refused-${i}`)).status)
+  t.same(statuses, [502, 502, 502, 502], 'each refused at once, none left waiting for a place')
+  const back = createHttpServer((_req, res) => res.end('back'))
+  await new Promise<void>((resolve) => back.listen(port, '127.0.0.1', resolve))
+  t.teardown(() => { back.closeAllConnections(); back.close() })
+  t.equal((await fetch(`${h.proxyUrl}/again`)).status, 200, 'the route serves again')
+})
