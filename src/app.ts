@@ -239,8 +239,9 @@ function boundListeners (config: Config, deps: AppDeps, logger: pino.Logger, met
   const asked = { proxy: config.bounds.proxyConnections, admin: config.bounds.adminConnections }
   const fitted = fitConnections({ ...asked, proxyListeners: proxies.length, upstreamConnections: config.routes.length * config.upstream.connections, limit })
   if (fitted.proxy < asked.proxy || fitted.admin < asked.admin) {
+    const lowered = [...(fitted.proxy < asked.proxy ? [`PROXY_MAX_CONNECTIONS=${asked.proxy} to ${fitted.proxy} per proxy listener`] : []), ...(fitted.admin < asked.admin ? [`ADMIN_MAX_CONNECTIONS=${asked.admin} to ${fitted.admin}`] : [])]
     logger.warn({ event: 'config', descriptorLimit: limit, proxyMaxConnections: fitted.proxy, adminMaxConnections: fitted.admin },
-      `the file descriptor limit (ulimit -n) ${String(limit)} holds ${fitted.proxy} client connections per proxy listener and ${fitted.admin} on the admin port, besides the upstream connections: raise the limit for PROXY_MAX_CONNECTIONS=${asked.proxy} and ADMIN_MAX_CONNECTIONS=${asked.admin}`)
+      `the file descriptor limit (ulimit -n) ${String(limit)} lowers ${lowered.join(' and ')}, keeping descriptors for the upstream connections and the auth server; a limit of ${fitted.needed} holds the bounds asked for`)
   }
   for (const [variable, listener] of proxies) boundConnections(listener.app.server, fitted.proxy, metrics.countShed(variable))
   boundConnections(admin.server, fitted.admin, metrics.countShed('ADMIN_PORT'))

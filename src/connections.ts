@@ -23,6 +23,12 @@ interface Tracked {
 export function boundConnections (server: Server, max: number, onShed: (reason: ShedReason) => void): void {
   const open = new Map<Socket, Tracked>()
   server.on('connection', (socket: Socket) => {
+    // a tunnelled connection handed back to the server (plain HTTP in a CONNECT) has its place already
+    const known = open.get(socket)
+    if (known !== undefined) {
+      known.busy = 0
+      return
+    }
     if (open.size >= max) {
       const idle = oldestIdle(open)
       if (idle === undefined) {
@@ -78,12 +84,14 @@ export function descriptorLimit (): number | undefined {
  * within the descriptor limit: what the upstream pools and the reserve
  * take is kept back, and each proxy connection is counted twice (a tunnel
  * or a WebSocket session holds one upstream). Returns the bounds asked for
- * when they fit, else lower ones (the admin's kept first).
+ * when they fit, else lower ones (the admin's kept first), and the limit
+ * the bounds asked for need.
  */
-export function fitConnections (o: { proxy: number, admin: number, proxyListeners: number, upstreamConnections: number, limit: number | undefined }): { proxy: number, admin: number } {
-  if (o.limit === undefined) return { proxy: o.proxy, admin: o.admin }
+export function fitConnections (o: { proxy: number, admin: number, proxyListeners: number, upstreamConnections: number, limit: number | undefined }): { proxy: number, admin: number, needed: number } {
+  const needed = RESERVED_DESCRIPTORS + o.upstreamConnections + o.admin + 2 * o.proxyListeners * o.proxy
+  if (o.limit === undefined) return { proxy: o.proxy, admin: o.admin, needed }
   const available = o.limit - RESERVED_DESCRIPTORS - o.upstreamConnections
   const admin = Math.max(1, Math.min(o.admin, Math.floor(available / 8)))
   const proxy = Math.max(1, Math.min(o.proxy, Math.floor((available - admin) / (2 * o.proxyListeners))))
-  return { proxy, admin }
+  return { proxy, admin, needed }
 }

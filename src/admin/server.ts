@@ -2,6 +2,9 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, t
 import type pino from 'pino'
 import type { Registry } from 'prom-client'
 
+/** The longest a client may take to send a whole request to the admin port. */
+export const ADMIN_REQUEST_TIMEOUT_MS = 10_000
+
 export interface AdminOptions {
   registry: Registry
   /** undefined when ready, else why not (and, with named routes, each route's reason) */
@@ -17,7 +20,19 @@ export function buildAdmin (opts: AdminOptions): FastifyInstance {
   const app = Fastify({
     loggerInstance: opts.log as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
+    // The port is reached from beyond the pod: a request slower than this
+    // holds one of its few connections (ADMIN_MAX_CONNECTIONS) no longer.
+    requestTimeout: ADMIN_REQUEST_TIMEOUT_MS,
     frameworkErrors: (_err, _request, reply) => { send(reply, 400, { error: 'bad_request' }) }
+  })
+  // Every endpoint is a GET: a request with a body is refused before any of
+  // it is read, and its connection closed, so that a slow body cannot keep
+  // a connection busy.
+  app.addHook('onRequest', (request, reply, done) => {
+    const { headers } = request
+    if (headers['transfer-encoding'] === undefined && (headers['content-length'] ?? '0') === '0') return done()
+    reply.header('connection', 'close')
+    send(reply, request.method === 'GET' || request.method === 'HEAD' ? 400 : 405, { error: request.method === 'GET' || request.method === 'HEAD' ? 'bad_request' : 'method_not_allowed' })
   })
   app.get('/healthz', (_request, reply) => { send(reply, 200, { status: 'ok' }) })
   app.get('/readyz', (_request, reply) => {

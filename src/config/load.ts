@@ -147,7 +147,7 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
     proxy: { host: str('PROXY_HOST')!, port: num('PROXY_PORT'), maxRequests: num('PROXY_MAX_REQUESTS'), websocketMaxMessageBytes: num('WEBSOCKET_MAX_MESSAGE_BYTES') },
     admin: { host: str('ADMIN_HOST')!, port: num('ADMIN_PORT') },
     bounds: {
-      routeMaxRequests: num('PROXY_ROUTE_MAX_REQUESTS') > 0 ? num('PROXY_ROUTE_MAX_REQUESTS') : routes.length > 0 ? Math.ceil(num('PROXY_MAX_REQUESTS') / 2) : num('PROXY_MAX_REQUESTS'),
+      routeMaxRequests: num('PROXY_ROUTE_MAX_REQUESTS') > 0 ? num('PROXY_ROUTE_MAX_REQUESTS') : routes.length > 0 || forward !== undefined ? Math.ceil(num('PROXY_MAX_REQUESTS') / 2) : num('PROXY_MAX_REQUESTS'),
       proxyConnections: num('PROXY_MAX_CONNECTIONS'),
       adminConnections: num('ADMIN_MAX_CONNECTIONS')
     },

@@ -58,3 +58,22 @@ t.test('PROXY_MAX_REQUESTS bounds the requests in progress over all listeners, n
   t.equal((await send(`${h.routeUrls.own}/x`)).status, 503, 'the route\'s own port too')
   t.equal((await send(`${h.adminUrl}/healthz`)).status, 200)
 })
+
+t.test('the forward proxy\'s tunnels have a share of their own: long-lived tunnels cannot take the routes\' places', async (t) => {
+  const { connect } = await import('node:net')
+  const silentPeer = await hungUpstream(t)
+  const allowed = new URL(silentPeer.url).host
+  const h = await build(t, { PROXY_MAX_REQUESTS: '6', FORWARD_PROXY_PORT: '0', FORWARD_PROXY_ALLOW: allowed })
+  await until(() => h.app.credential.ready())
+  const tunnel = async (): Promise<string> => await new Promise((resolve) => {
+    const socket = connect(h.forwardPort!, '127.0.0.1', () => socket.write(`CONNECT ${allowed} HTTP/1.1\r\nHost: ${allowed}\r\n\r\n`))
+    socket.on('error', () => {})
+    socket.once('data', (c: Buffer) => resolve(c.toString().split('\r\n')[0]!))
+    t.teardown(() => socket.destroy())
+  })
+  const opened = [await tunnel(), await tunnel(), await tunnel()]
+  t.same(opened.map((line) => line.split(' ')[1]), ['200', '200', '200'], 'three tunnels, half of PROXY_MAX_REQUESTS')
+  t.equal((await tunnel()).split(' ')[1], '503', 'the fourth: their share is full')
+  const served = await Promise.all([send(`${h.proxyUrl}/a`), send(`${h.proxyUrl}/b`), send(`${h.proxyUrl}/c`)])
+  t.same(served.map((r) => r.status), [200, 200, 200], 'the default route keeps its places')
+})
