@@ -182,6 +182,8 @@ helmTest('tls_client_auth: the client authenticates by the mounted certificate, 
   const without = spawnSync(helm, ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, '--set', 'sidecar.env.AUTH_CLIENT_AUTH=tls_client_auth', '--set', 'tls.existingSecret=client-cert'], { encoding: 'utf8' })
   t.not(without.status, 0, 'without tls.auth the certificate would not reach the auth server: refused')
   t.match(without.stderr, /tls_client_auth needs the client certificate presented to the auth server: tls\.existingSecret or tls\.csi, with tls\.auth=true/)
+  const selfSigned = spawnSync(helm, ['template', 't', chart, '-f', `${chart}/ci/test-values.yaml`, '--set', 'sidecar.env.AUTH_CLIENT_AUTH=self_signed_tls_client_auth', '--set', 'tls.existingSecret=client-cert'], { encoding: 'utf8' })
+  t.match(selfSigned.stderr, /AUTH_CLIENT_AUTH self_signed_tls_client_auth needs the client certificate presented to the auth server/, 'self_signed_tls_client_auth likewise')
 })
 
 helmTest('the README\'s snippet for adding the sidecar to another chart renders a valid pod, with this chart as a dependency', async (t) => {

@@ -61,11 +61,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if or (eq (toString .Values.sidecar.env.AUTH_MODE) "basic") (ne (toString .Values.sidecar.env.AUTH_GRANT_TYPE) "client_credentials") }}true{{ end }}
 {{- end }}
 
-{{/* Whether the client authenticates by the mounted certificate (tls_client_auth): it needs no secret. */}}
+{{/* Whether the client authenticates by the mounted certificate (tls_client_auth, self_signed_tls_client_auth): it needs no secret. */}}
 {{- define "auth-sidecar.certificateAuth" -}}
-{{- if eq (toString .Values.sidecar.env.AUTH_CLIENT_AUTH) "tls_client_auth" }}
+{{- if has (toString .Values.sidecar.env.AUTH_CLIENT_AUTH) (list "tls_client_auth" "self_signed_tls_client_auth") }}
 {{- if not (and .Values.tls.auth (or .Values.tls.existingSecret .Values.tls.csi)) }}
-{{- fail "AUTH_CLIENT_AUTH tls_client_auth needs the client certificate presented to the auth server: tls.existingSecret or tls.csi, with tls.auth=true" }}
+{{- fail (printf "AUTH_CLIENT_AUTH %s needs the client certificate presented to the auth server: tls.existingSecret or tls.csi, with tls.auth=true" (toString .Values.sidecar.env.AUTH_CLIENT_AUTH)) }}
 {{- end }}true
 {{- end }}
 {{- end }}
