@@ -1,41 +1,7 @@
-import { createServer } from 'node:http'
 import { connect, type AddressInfo, type Socket } from 'node:net'
-import type { Test } from 'tap'
 import t from 'tap'
 import { build, until } from '../helpers/build.js'
-
-/** An egress proxy whose CONNECTs, after `hold()`, wait until `open()`: the time undici spends opening an upstream connection, held. */
-async function heldProxy (t: Test): Promise<{ url: string, connects: () => number, hold: () => void, open: () => void }> {
-  const held: Array<() => void> = []
-  let connects = 0
-  let opened = true
-  const proxy = createServer((_req, res) => { res.writeHead(405).end() })
-  proxy.on('connect', (req, client: Socket, head: Buffer) => {
-    connects++
-    const go = (): void => {
-      const [host, port] = (req.url ?? '').split(':')
-      const target = connect(Number(port), host, () => {
-        client.write('HTTP/1.1 200 Connection Established\r\n\r\n')
-        target.write(head)
-        target.pipe(client)
-        client.pipe(target)
-      })
-      target.on('error', () => client.destroy())
-      client.on('error', () => target.destroy())
-      client.on('close', () => target.destroy())
-    }
-    if (opened) go()
-    else held.push(go)
-  })
-  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => { proxy.closeAllConnections(); proxy.close() })
-  return {
-    url: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`,
-    connects: () => connects,
-    hold: () => { opened = false; connects = 0 },
-    open: () => { opened = true; for (const go of held.splice(0)) go() }
-  }
-}
+import { connectProxy } from '../helpers/connect-proxy.js'
 
 function client (port: number, path: string): Socket {
   const socket = connect(port, '127.0.0.1')
@@ -45,13 +11,15 @@ function client (port: number, path: string): Socket {
 }
 
 t.test('a request given up while its upstream connection opens keeps its place until then: no more connections open than UPSTREAM_CONNECTIONS, none for a request whose client has gone', async (t) => {
-  const proxy = await heldProxy(t)
+  const proxy = await connectProxy(t)
   const h = await build(t, { HTTP_PROXY: proxy.url, UPSTREAM_CONNECTIONS: '1' })
   await until(() => h.app.credential.ready())
   proxy.hold()
+  const before = proxy.tunnels.length
+  const connects = (): number => proxy.tunnels.length - before
   const departed = (): number => h.log.records().filter((l) => l.msg === 'request' && l.status === 499).length
   const first = client(h.proxyPort, '/api-first')
-  await until(() => proxy.connects() === 1)
+  await until(() => connects() === 1)
   const second = client(h.proxyPort, '/api-second')
   const third = client(h.proxyPort, '/api-third')
   // the first client leaves while its connection is being opened; the others still wait
@@ -65,7 +33,7 @@ t.test('a request given up while its upstream connection opens keeps its place u
   // written; a client that comes now is served after what was queued before it
   const after = await fetch(`${h.proxyUrl}/api-after`)
   t.equal(after.status, 200)
-  t.equal(proxy.connects(), 2, 'a connection for the request whose client was there, and one for the client that came after: none for those that left while queued')
+  t.equal(connects(), 2, 'a connection for the request whose client was there, and one for the client that came after: none for those that left while queued')
   t.same(h.upstream.received.map((r) => r.url), ['/api/api-after'], 'only the last reached the upstream')
 })
 
