@@ -11,7 +11,8 @@ import type { ForwardCa } from './forward/ca.js'
 import type { ForwardProxy } from './forward/proxy.js'
 import { RequestBudget } from './proxy/request-budget.js'
 import { buildListener, type Listener } from './proxy/server.js'
-import { Route, type CertificateInUse } from './route.js'
+import type { Route, CertificateInUse } from './route.js'
+import { RouteSet, type Applied } from './route-set.js'
 import { SecretScrubber } from './secrets.js'
 import { systemClock, type Clock } from './token/clock.js'
 import type { AuthFetch } from './token/http.js'
@@ -39,9 +40,9 @@ export interface App {
   proxy: FastifyInstance
   admin: FastifyInstance
   /** the default route's credential */
-  credential: HeldCredential
-  /** every route, the default route first */
-  routes: Route[]
+  readonly credential: HeldCredential
+  /** every route in use, the default route first */
+  readonly routes: readonly Route[]
   metrics: Metrics
   /** what happens in the proxy: each answer, each failure of the upstream */
   events: EventEmitter<ProxyEvents>
@@ -53,6 +54,13 @@ export interface App {
   forward?: { proxy: ForwardProxy, ca: ForwardCa | undefined }
   /** Starts the token lifecycle and every listener; resolves with their addresses (the routes' with a port of their own by name). */
   listen(): Promise<{ proxy: AddressInfo, admin: AddressInfo, routes: Record<string, AddressInfo>, forward?: AddressInfo }>
+  /**
+   * Applies a new version of the configuration: the routes it adds, removes
+   * or changes, each credential whose settings did not change kept with its
+   * token, and ACCESS_LOG; resolves with what changed, and
+   * the settings that wait for a restart.
+   */
+  apply(next: Config): Promise<Applied>
   /**
    * Stops taking requests, lets in-flight ones finish (at most `graceMs`),
    * ends the auth server sessions when AUTH_LOGOUT_ON_SHUTDOWN allows
@@ -104,25 +112,21 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     budget,
     ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }),
     log: proxyLog,
-    events
+    events,
+    tracing
   })
   const main = listen('default')
-  const own = new Map<Route, Listener>()
-  const routes: Route[] = []
+  const own = new Map<string, Listener>()
+  for (const c of config.routes) if (c.port !== undefined) own.set(c.name, listen(c.name))
+  let routeSet: RouteSet
   try {
-    for (const c of config.routes) {
-      const route = await Route.build(c, routeDeps)
-      const listener = c.port === undefined ? main : listen(c.name)
-      if (c.port !== undefined) own.set(route, listener)
-      await route.register(listener.app, routeDeps)
-      routes.push(route)
-    }
+    routeSet = await RouteSet.build({ main, own, deps: routeDeps })
   } catch (err) {
-    await Promise.all(routes.map(async (route) => await route.close()))
     await credentials.close()
     await tls.close()
     throw err
   }
+  const routes = routeSet.all
   // The forward proxy's modules (and the certificate library) load only when it is on.
   let forward: App['forward']
   const servers: Array<() => FastifyInstance> = []
@@ -136,35 +140,42 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       settings,
       ca,
       routes,
-      listener: { budget, ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }), log: proxyLog, events },
+      listener: { budget, ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }), log: proxyLog, events, tracing },
       ownPorts: () => servers.map((server) => (server().server.address() as AddressInfo | null)?.port ?? 0)
     })
-    await proxy.register(routeDeps)
+    routeSet.serveForward(proxy)
     forward = { proxy, ca }
   }
   const certificates = [...credentials.certificates, ...routes.flatMap((route) => route.certificate === undefined ? [] : [route.certificate])]
 
   const metrics = createMetrics(routes.map((route) => route.name))
-  for (const { config: c, credential } of credentials.all) metrics.watchCredential(c.name, credential, { dpop: c.auth.mode === 'oauth2' && c.auth.dpop !== undefined })
+  const watched = new Map<HeldCredential, () => void>()
+  const watchCredentials = (): void => {
+    for (const { config: c, credential } of credentials.all) {
+      if (!watched.has(credential)) watched.set(credential, metrics.watchCredential(c.name, credential, { dpop: c.auth.mode === 'oauth2' && c.auth.dpop !== undefined }))
+    }
+  }
+  watchCredentials()
   metrics.watchProxy(events)
   if (forward !== undefined) metrics.watchForwardProxy(events)
   for (const { which, route, files } of certificates) metrics.watchCertificate(which, route, files)
   // An access line has fixed fields, none secret; pino's redaction paths
   // cost a sixth of a proxied request's CPU when checked on every line.
   const accessLogger = proxyLog.child({}, { redact: [] })
-  if (config.accessLog) events.on('response', (line) => accessLogger.info(line, 'request'))
+  let accessLog = config.accessLog
+  events.on('response', (line) => { if (accessLog) accessLogger.info(line, 'request') })
 
   let closing = false
   const admin = buildAdmin({
     registry: metrics.registry,
     log: logger.child({ component: 'admin' }),
-    notReady: () => closing ? { reason: 'shutting down' } : notReady(routes, forward?.ca?.unusable())
+    notReady: () => closing ? { reason: 'shutting down' } : notReady(routeSet.all, forward?.ca?.unusable())
   })
   servers.push(() => main.app, () => admin, ...[...own.values()].map((listener) => () => listener.app))
   if (forward !== undefined) servers.push(() => forward.proxy.listener.app)
   boundListeners(config, deps, logger, metrics, [
     ['PROXY_PORT', main],
-    ...[...own].map(([route, listener]): [string, Listener] => [route.config.variables.port!, listener]),
+    ...[...own].map(([name, listener]): [string, Listener] => [config.routes.find((r) => r.name === name)!.variables.port!, listener]),
     ...(forward !== undefined ? [['FORWARD_PROXY_PORT', forward.proxy.listener] as [string, Listener]] : [])
   ], admin)
 
@@ -187,17 +198,33 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     await drain(main, graceMs, logger)
     await admin.close()
     await credentials.close()
-    await Promise.all(routes.map(async (route) => await route.close()))
+    await routeSet.close()
     await tls.close()
     forward?.ca?.close()
+  }
+
+  /** A new version of the configuration, applied (one at a time). */
+  let applying: Promise<unknown> = Promise.resolve()
+  async function apply (next: Config): Promise<Applied> {
+    // the credentials a version that failed to apply made are stopped with the unused ones
+    const { applied, made } = await routeSet.apply(next).catch((err: unknown) => { credentials.retain(routeSet.credentials); throw err })
+    for (const credential of credentials.retain(routeSet.credentials)) {
+      watched.get(credential)?.()
+      watched.delete(credential)
+    }
+    watchCredentials()
+    for (const route of made) if (route.certificate !== undefined) metrics.watchCertificate('upstream', route.name, route.certificate.files)
+    await tls.watch()
+    accessLog = next.accessLog
+    return applied
   }
 
   let closed: Promise<void> | undefined
   return {
     proxy: main.app,
     admin,
-    credential: routes[0]!.credential,
-    routes,
+    get credential () { return routeSet.all[0]!.credential },
+    get routes () { return routeSet.all },
     metrics,
     events,
     secrets,
@@ -207,11 +234,11 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       await admin.listen({ port: config.admin.port, host: config.admin.host, listenTextResolver: (address) => `admin endpoints on ${address}` })
         .catch((err: NodeJS.ErrnoException) => { throw new ListenError('ADMIN_PORT', config.admin.host, config.admin.port, err) })
       const ports: Record<string, AddressInfo> = {}
-      for (const [route, listener] of own) {
-        const { port, variables } = route.config
-        await listener.app.listen({ port: port!, host: config.proxy.host, listenTextResolver: (address) => `route ${route.name} on ${address}` })
+      for (const [name, listener] of own) {
+        const { port, variables } = config.routes.find((r) => r.name === name)!
+        await listener.app.listen({ port: port!, host: config.proxy.host, listenTextResolver: (address) => `route ${name} on ${address}` })
           .catch((err: NodeJS.ErrnoException) => { throw new ListenError(variables.port!, config.proxy.host, port!, err) })
-        ports[route.name] = listener.app.server.address() as AddressInfo
+        ports[name] = listener.app.server.address() as AddressInfo
       }
       await main.app.listen({ port: config.proxy.port, host: config.proxy.host, listenTextResolver: (address) => `proxy on ${address}` })
         .catch((err: NodeJS.ErrnoException) => { throw new ListenError('PROXY_PORT', config.proxy.host, config.proxy.port, err) })
@@ -221,6 +248,14 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
       await forward.proxy.listener.app.listen({ port, host: config.proxy.host, listenTextResolver: (address) => `forward proxy on ${address}` })
         .catch((err: NodeJS.ErrnoException) => { throw new ListenError('FORWARD_PROXY_PORT', config.proxy.host, port, err) })
       return { ...addresses, forward: forward.proxy.listener.app.server.address() as AddressInfo }
+    },
+    apply (next) {
+      const done = applying.then(async () => {
+        if (closing) throw new Error('the sidecar is shutting down')
+        return await apply(next)
+      })
+      applying = done.catch(() => {})
+      return done
     },
     close (graceMs = config.shutdownGraceMs) {
       closed ??= shutdown(graceMs)
@@ -284,7 +319,7 @@ async function drain (listener: Listener, graceMs: number, logger: pino.Logger):
 }
 
 /** Why the sidecar is not ready: the routes that cannot serve, each with its reason, or the forward proxy's CA. */
-function notReady (routes: Route[], forwardCa: string | undefined): { reason: string, routes?: Record<string, string> } | undefined {
+function notReady (routes: readonly Route[], forwardCa: string | undefined): { reason: string, routes?: Record<string, string> } | undefined {
   const reasons = new Map<string, string>()
   for (const route of routes) {
     const reason = route.notReady()

@@ -2,9 +2,10 @@ import { parseArgs } from 'node:util'
 import closeWithGrace from 'close-with-grace'
 import { buildApp, ListenError } from './app.js'
 import { TlsFileError } from './config/pem.js'
-import { ConfigError, loadConfig, type Config } from './config/load.js'
+import { ConfigError, readConfiguration, type Config } from './config/load.js'
 import { createLogger } from './logger.js'
 import { runCheck } from './check/run.js'
+import { ConfigReloader } from './reload.js'
 import { flushBudgetMs, startTracing } from './tracing/tracing.js'
 import { usage } from './usage.js'
 import { VERSION } from './version.js'
@@ -32,7 +33,7 @@ if (flags.version === true) {
 
 let config: Config
 try {
-  config = loadConfig(process.env)
+  config = await readConfiguration(process.env)
 } catch (err) {
   if (!(err instanceof ConfigError)) throw err
   process.stderr.write(`auth-sidecar: ${err.message}\n`)
@@ -57,6 +58,16 @@ try {
 // the pod: the sidecar opens no debugger on a signal.
 process.on('SIGUSR1', () => { logger.warn({ signal: 'SIGUSR1' }, 'SIGUSR1 ignored: no debugger is opened on a signal') })
 
+// CONFIG_FILE's changes, and SIGHUP, apply a new version of the configuration
+const reloader = new ConfigReloader({
+  config,
+  read: async () => await readConfiguration(process.env),
+  apply: async (next) => await app.apply(next),
+  count: (outcome) => app.metrics.countReload(outcome),
+  log: logger
+})
+process.on('SIGHUP', () => { void reloader.reload('SIGHUP') })
+
 // app.close() cuts what is in progress at the end of the grace period and
 // ends the session within TOKEN_TIMEOUT_MS; tracing's last export gets a
 // budget that ends before this backstop, which is only for something that
@@ -64,11 +75,14 @@ process.on('SIGUSR1', () => { logger.warn({ signal: 'SIGUSR1' }, 'SIGUSR1 ignore
 const backstopMs = config.shutdownGraceMs + config.token.timeoutMs + 2_000
 closeWithGrace({
   delay: backstopMs,
+  // SIGHUP reloads the configuration
+  skip: ['SIGHUP'],
   logger: { error: (msg: unknown) => logger.error({ detail: String(msg) }, 'shutdown') }
 }, async ({ signal, err }) => {
   const signalled = performance.now()
   if (err !== undefined) logger.error({ err }, 'unexpected error: shutting down')
   else logger.info({ signal, graceMs: config.shutdownGraceMs }, 'shutting down: finishing in-flight requests')
+  reloader.close()
   await app.close()
   // the spans of the last requests and of the session's end, within the shutdown's budget
   const withinMs = Math.round(flushBudgetMs(config.shutdownGraceMs, backstopMs, performance.now() - signalled))
@@ -92,6 +106,7 @@ try {
       }]))
     }),
     ...(config.tracing !== undefined && { tracing: config.tracing.exporter }),
+    ...(config.file !== undefined && { configFile: config.file.path, ...(config.file.overridden.length > 0 && { overriddenByEnvironment: config.file.overridden }) }),
     authMode: config.auth.mode,
     ...(config.auth.mode === 'oauth2' && {
       grantType: config.auth.grantType,
@@ -100,6 +115,7 @@ try {
       clientId: config.auth.clientId
     })
   }, 'auth-sidecar listening')
+  reloader.watch()
 } catch (err) {
   // one readable line, like a configuration error: which variable, which address
   const message = err instanceof ListenError ? err.message : `cannot listen: ${(err as Error).message}`

@@ -5,9 +5,9 @@ import type pino from 'pino'
 import type { Config, RouteConfig } from './config/load.js'
 import { createDispatcher, websocketEgress } from './dispatcher.js'
 import type { ProxyEvents } from './proxy/context.js'
-import { proxyRoute } from './proxy/route.js'
-import { NO_TRACING, type Tracing } from './tracing/tracing.js'
-import { DESTINATION, FORWARDED_METHODS } from './proxy/server.js'
+import { InProgress, type TableEntry } from './proxy/route-table.js'
+import type { Listener } from './proxy/server.js'
+import type { Tracing } from './tracing/tracing.js'
 import { UpstreamSlots } from './proxy/upstream-slots.js'
 import { TlsDispatcher } from './tls/dispatchers.js'
 import type { ConnectTls, TlsFiles, TlsFileSets } from './tls/files.js'
@@ -54,6 +54,8 @@ export class Route {
   readonly upstream: TlsDispatcher
   /** the requests waiting for a place among its upstream connections */
   readonly slots: UpstreamSlots
+  /** the requests it took, on every listener, not answered yet */
+  readonly requests = new InProgress()
   /** its upstream client certificate, when it presents one */
   readonly certificate: CertificateInUse | undefined
   #listener: FastifyInstance | undefined
@@ -64,18 +66,20 @@ export class Route {
     this.upstream = upstream
     this.slots = slots
     this.certificate = certificate
+    // a pool kept for a token bound to a replaced certificate goes once the token is replaced
+    credential.events.on('token', this.#tokenReplaced)
   }
 
+  readonly #tokenReplaced = (): void => { this.upstream.retire() }
+
   static async build (config: RouteConfig, deps: RouteDeps): Promise<Route> {
-    const credential = await deps.credentials.of(config.credential)
+    const credential = await deps.credentials.of(config.credential, deps.config)
     const files = config.tls === undefined ? undefined : await deps.tls.of(config.tls, config.name === 'default' ? 'upstream' : `upstream (route ${config.name})`)
     const upstream = new TlsDispatcher((connect, onTlsError) => {
       const made = upstreamPool(deps.config, config.origin, connect, onTlsError)
       if (deps.log.isLevelEnabled('debug')) logConnections(made, deps.log)
       return made
     }, files, () => credential.current()?.certificate)
-    // a pool kept for a token bound to a replaced certificate goes once the token is replaced
-    credential.events.on('token', () => upstream.retire())
     const certificate = files?.certificate === undefined ? undefined : { which: 'upstream' as const, route: config.name, files }
     return new Route(config, credential, upstream, new UpstreamSlots(deps.config.upstream.connections), certificate)
   }
@@ -84,23 +88,22 @@ export class Route {
     return this.config.name
   }
 
-  /** The listener serving the route (its own port's, or PROXY_PORT's), once registered. */
+  /** The listener serving the route (its own port's, or PROXY_PORT's), once placed on it. */
   get listener (): FastifyInstance {
     return this.#listener!
   }
 
   /**
-   * Serves the route on `listener`: under its prefix, or on the forward
+   * The route as `listener` serves it: under its prefix, or on the forward
    * proxy's listener for the requests for its BASE_URL (its origin, under
    * its base path, forwarded as they are).
    */
-  async register (listener: FastifyInstance, deps: RouteDeps, mode: 'reverse' | 'forward' = 'reverse'): Promise<void> {
-    if (mode === 'reverse') this.#listener = listener
+  entry (listener: Listener, deps: RouteDeps, mode: 'reverse' | 'forward' = 'reverse'): TableEntry {
+    if (mode === 'reverse') this.#listener = listener.app
     const { config: global } = deps
     const route = this.config
     const prefix = mode === 'forward' ? route.basePath : route.path
-    await listener.register(proxyRoute, {
-      prefix,
+    return {
       context: {
         route: {
           name: route.name,
@@ -114,14 +117,13 @@ export class Route {
         credential: this.credential,
         upstream: this.upstream,
         slots: this.slots,
+        admission: listener.admission,
         log: deps.log,
         events: deps.events
       },
-      methods: FORWARDED_METHODS,
-      tracing: deps.tracing ?? NO_TRACING,
       egress: websocketEgress(global.egress, route.origin),
-      ...(mode === 'forward' && { constraints: { [DESTINATION]: route.origin } })
-    })
+      requests: this.requests
+    }
   }
 
   /** Why the route cannot serve now (its client certificate, or its credential); undefined when it can. */
@@ -129,8 +131,16 @@ export class Route {
     return this.upstream.unusable() ?? this.credential.notReadyReason()
   }
 
+  /** Closes its upstream connections once the requests it took are done: a new configuration left it out. */
+  async retire (): Promise<void> {
+    this.credential.events.off('token', this.#tokenReplaced)
+    await this.requests.idle()
+    await this.upstream.close()
+  }
+
   /** Closes its upstream connections at once, cutting what is left on them (the listeners have drained). */
   async close (): Promise<void> {
+    this.credential.events.off('token', this.#tokenReplaced)
     await this.upstream.destroy()
   }
 }

@@ -27,6 +27,9 @@ an empty value means unset; *_FILE variants read a value from a file):
 ${rows.join('\n')}
   HTTPS_PROXY, HTTP_PROXY, NO_PROXY   egress proxy for the upstream and the auth server
   NODE_EXTRA_CA_CERTS                 extra trusted CAs (from the environment only)
+  CONFIG_FILE                         a YAML or JSON file with these settings by the same names,
+                                      routes under routes:; the environment wins over it, it
+                                      over ./.env; re-read on change and SIGHUP, applied live
 
 Named routes: more APIs from the same sidecar, each ROUTE_<NAME>_<SETTING>
 (NAME of letters, digits and _); the variables above are the default route's:

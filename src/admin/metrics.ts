@@ -10,12 +10,15 @@ import { VERSION } from '../version.js'
 
 export interface Metrics {
   registry: Registry
+  /** counts a new version of the configuration file, applied or rejected */
+  countReload(outcome: 'applied' | 'rejected'): void
   /**
    * Counts what happens to a credential, and reports its expiry and
    * readiness at each scrape, under the name of the route whose settings
    * define it.
    */
-  watchCredential(route: string, credential: Credential, options: { dpop: boolean }): void
+  /** returns what stops watching it (a credential a new configuration left out) */
+  watchCredential(route: string, credential: Credential, options: { dpop: boolean }): () => void
   /** Counts the proxy's answers and failures. */
   watchProxy(events: EventEmitter<ProxyEvents>): void
   /** Counts the forward proxy's connections by outcome (from 0, once it is on). */
@@ -86,7 +89,10 @@ export function createMetrics (routes: string[]): Metrics {
     help: 'Seconds until the held access token expires (0 without one).',
     labelNames: ['route'] as const,
     registers: [registry],
-    collect () { for (const { route, credential } of credentials) this.set({ route }, credential.expiresInSeconds()) }
+    collect () {
+      this.reset()
+      for (const { route, credential } of credentials) this.set({ route }, credential.expiresInSeconds())
+    }
   })
   new Gauge({
     name: `${PREFIX}ready`,
@@ -107,6 +113,13 @@ export function createMetrics (routes: string[]): Metrics {
       }
     }
   })
+  const reloads = new Counter({
+    name: `${PREFIX}config_reloads_total`,
+    help: 'New versions of the configuration (CONFIG_FILE changed, or SIGHUP) by outcome: applied, or rejected (the running configuration kept whole).',
+    labelNames: ['outcome'] as const,
+    registers: [registry]
+  })
+  for (const outcome of ['applied', 'rejected'] as const) reloads.inc({ outcome }, 0)
   const shed = new Counter({
     name: `${PREFIX}connections_shed_total`,
     help: 'Client connections closed to keep a listener within its bound (PROXY_MAX_CONNECTIONS, ADMIN_MAX_CONNECTIONS), by listener and reason: idle (the oldest idle one, for a new one), full (the new one, every place being busy).',
@@ -123,14 +136,17 @@ export function createMetrics (routes: string[]): Metrics {
 
   return {
     registry,
+    countReload: (outcome) => reloads.inc({ outcome }),
     watchCredential (route, credential, { dpop }) {
-      credentials.push({ route, credential })
+      const watched = { route, credential }
+      credentials.push(watched)
       for (const grantType of GRANT_TYPES) for (const outcome of OUTCOMES) grants.inc({ grant_type: grantType, outcome, route }, 0)
       for (const outcome of LOGOUT_OUTCOMES) logouts.inc({ outcome, route }, 0)
       if (dpop) for (const reason of DPOP_REFUSALS) dpopRefusals.inc({ reason, route }, 0)
       credential.events.on('grant', (grant, outcome) => grants.inc({ grant_type: grant, outcome, route }))
       credential.events.on('logout', (outcome) => logouts.inc({ outcome, route }))
       credential.events.on('dpop_refused', (reason) => dpopRefusals.inc({ reason, route }))
+      return () => { credentials.splice(credentials.indexOf(watched), 1) }
     },
     watchCertificate (certificate, route, source) {
       certificates.push({ labels: { certificate, route }, source })

@@ -3,7 +3,7 @@ import { parseArgs } from 'node:util'
 import type { Readable } from 'node:stream'
 import { Writable } from 'node:stream'
 import { buildApp, type App } from '../app.js'
-import { ConfigError, loadConfig, type Config, type CredentialConfig } from '../config/load.js'
+import { ConfigError, readConfiguration, type Config, type CredentialConfig } from '../config/load.js'
 import type { HeldCredential } from '../token/registry.js'
 import { metadataUrl, wellKnownUrl } from '../config/auth.js'
 import { errorBody, ERRORS, type ErrorCode } from '../errors.js'
@@ -71,13 +71,14 @@ export async function runCheck (env: NodeJS.ProcessEnv, args: string[], write: (
 
   let config: Config
   try {
-    config = loadConfig(env, cwd === undefined ? {} : { cwd })
+    config = await readConfiguration(env, cwd === undefined ? {} : { cwd })
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err
     write(`FAIL configuration: ${err.problems.join('; ')}\n`)
     return CHECK_EXIT.configuration
   }
   write(`ok   configuration: ${describeConfig(config)}\n`)
+  if (config.file !== undefined) write(`     file: ${config.file.path}${config.file.overridden.length === 0 ? '' : `; the environment overrides its ${config.file.overridden.join(', ')}`}\n`)
   for (const warning of config.warnings) write(`     note: ${warning}\n`)
 
   // The sidecar's own components; what they log is not shown (each step says what matters).

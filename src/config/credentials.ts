@@ -1,4 +1,4 @@
-import { unwatchFile, watchFile } from 'node:fs'
+import { watchFiles } from './watched-files.js'
 import { readSecretFile } from './secret-file.js'
 import type { Config, CredentialSource } from './types.js'
 
@@ -14,8 +14,6 @@ export interface SecretValues {
   clientAssertion?: string
 }
 
-/** How often mounted secret files are checked for a change. */
-export const SECRET_FILE_POLL_MS = 1_000
 
 const NAMES = ['username', 'password', 'clientSecret', 'clientKey', 'clientAssertion'] as const
 
@@ -37,6 +35,7 @@ export class CredentialStore {
   readonly #told = new Map<string, string>()
   readonly #files: string[]
   #listener: (() => void) | undefined
+  #unwatch: (() => void) | undefined
 
   constructor (sources: Config['credentials'], warn: (message: string) => void) {
     this.#sources = sources
@@ -57,13 +56,12 @@ export class CredentialStore {
   /** Calls `listener` whenever one of the credential files changes. */
   onChange (listener: () => void): void {
     this.#listener = listener
-    for (const file of this.#files) {
-      watchFile(file, { interval: SECRET_FILE_POLL_MS, persistent: false }, this.#changed)
-    }
+    this.#unwatch ??= watchFiles(this.#files, this.#changed)
   }
 
   close (): void {
-    for (const file of this.#files) unwatchFile(file, this.#changed)
+    this.#unwatch?.()
+    this.#unwatch = undefined
     this.#listener = undefined
   }
 

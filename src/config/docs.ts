@@ -15,6 +15,12 @@ export function renderEnvExample (): string {
     '#',
     '# Also honoured: HTTPS_PROXY, HTTP_PROXY, NO_PROXY (egress proxy, any case)',
     '# and NODE_EXTRA_CA_CERTS (extra trusted CAs).',
+    '#',
+    '# CONFIG_FILE names a YAML (or JSON) file holding these settings by the same',
+    '# names, named routes as a map under routes: (docs/config-file.md). The',
+    '# environment wins over it, it over this file; it is re-read when it changes',
+    '# and on SIGHUP, and applied without a restart.',
+    '# CONFIG_FILE=',
     ''
   ]
   for (const [name, p] of Object.entries(properties) as Array<[string, Prop]>) {

@@ -1,6 +1,7 @@
 import envSchema from 'env-schema'
 import { resolve } from 'node:path'
 import { parseAuth } from './auth.js'
+import { readConfigFile, type ParseYaml } from './file.js'
 import { unknownVariableWarnings } from './names.js'
 import { envJsonSchema, properties, type VariableName } from './schema.js'
 import { parseForward } from './forward.js'
@@ -26,6 +27,18 @@ export class ConfigError extends Error {
 export interface LoadOptions {
   /** directory whose `.env` is read; the process's working directory by default */
   cwd?: string
+  /** YAML's parser, for CONFIG_FILE (readConfiguration loads it) */
+  parseYaml?: ParseYaml
+}
+
+/**
+ * The configuration as loadConfig reads it, CONFIG_FILE's parser loaded
+ * first when that is set: YAML's parser is loaded only for a file.
+ */
+export async function readConfiguration (env: NodeJS.ProcessEnv, options: LoadOptions = {}): Promise<Config> {
+  const named = set(env.CONFIG_FILE) ?? set(readDotenv(resolve(options.cwd ?? process.cwd(), '.env'), []).CONFIG_FILE)
+  const parseYaml = named === undefined ? undefined : (await import('./yaml.js')).parse as ParseYaml
+  return loadConfig(env, { ...options, ...(parseYaml !== undefined && { parseYaml }) })
 }
 
 /**
@@ -40,12 +53,20 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
   const warnings: string[] = []
 
   const dotenv = readDotenv(resolve(cwd, '.env'), problems)
+  // the environment wins over the file, the file over .env
+  const configFile = set(env.CONFIG_FILE) ?? set(dotenv.CONFIG_FILE)
+  let file: Record<string, string> = {}
+  if (configFile !== undefined) {
+    if (options.parseYaml === undefined) throw new Error('CONFIG_FILE is read by readConfiguration')
+    file = readConfigFile(resolve(cwd, configFile), options.parseYaml, problems)
+  }
   const merged: Record<string, string> = {}
-  for (const source of [dotenv, env]) {
+  for (const source of [dotenv, file, env]) {
     for (const [name, value] of Object.entries(source)) {
       if (value !== undefined && value !== '') merged[name] = value
     }
   }
+  delete merged.CONFIG_FILE
   if (dotenv.OTEL_TRACES_EXPORTER !== undefined && env.OTEL_TRACES_EXPORTER === undefined) {
     warnings.push('OTEL_TRACES_EXPORTER in .env has no effect: the OpenTelemetry SDK reads its variables from the environment only; set them there')
   }
@@ -159,8 +180,14 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
     egress,
     ...(env.NODE_EXTRA_CA_CERTS !== undefined && env.NODE_EXTRA_CA_CERTS !== '' && { extraCaFile: env.NODE_EXTRA_CA_CERTS }),
     ...(tracing !== undefined && { tracing }),
+    ...(configFile !== undefined && { file: { path: resolve(cwd, configFile), overridden: Object.keys(file).filter((name) => set(env[name]) !== undefined).sort() } }),
+    variables: merged,
     warnings
   }
+}
+
+function set (value: string | undefined): string | undefined {
+  return value === undefined || value === '' ? undefined : value
 }
 
 /** Whether a listening address is reachable from this host only. */

@@ -11,7 +11,7 @@ const PREFIXES = [...new Set(Object.keys(properties).map((name) => name.slice(0,
 const SERVICE_LINK = /_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT|PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)$/
 
 /** Variables the sidecar reads besides its schema (any case for the egress proxy ones). */
-const EGRESS = ['HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY']
+export const EGRESS = ['HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY']
 
 /** Warnings for variables with one of the sidecar's prefixes that are not its own. */
 export function unknownVariableWarnings (names: Iterable<string>): string[] {
@@ -25,11 +25,11 @@ export function unknownVariableWarnings (names: Iterable<string>): string[] {
   return warnings
 }
 
-/** The sidecar's variable closest to a misspelt `name`, if one is close enough to be meant. */
-function nearestName (name: string): string | undefined {
+/** The sidecar's variable (or one of `candidates`) closest to a misspelt `name`, if one is close enough to be meant. */
+export function nearestName (name: string, candidates: readonly string[] = [...Object.keys(properties), ...EGRESS]): string | undefined {
   let best: string | undefined
   let bestDistance = Infinity
-  for (const candidate of [...Object.keys(properties), ...EGRESS]) {
+  for (const candidate of candidates) {
     const d = editDistance(name, candidate)
     if (d < bestDistance) {
       best = candidate

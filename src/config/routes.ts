@@ -25,7 +25,7 @@ export const ROUTE_SETTING_DESCRIPTIONS = {
 const UPSTREAM_TLS_SETTINGS = ['UPSTREAM_TLS_KEY_FILE', 'UPSTREAM_TLS_CA_FILE']
 
 /** The settings of a named route, longest first: the setting is the longest known one at the end of the variable. */
-const ROUTE_SETTINGS = [
+export const ROUTE_SETTINGS: readonly string[] = [
   ...Object.keys(ROUTE_SETTING_DESCRIPTIONS).filter((setting) => setting !== 'AUTH_*'),
   ...UPSTREAM_TLS_SETTINGS,
   ...AUTH_VARIABLES

@@ -154,6 +154,10 @@ export interface Config {
   /** OpenTelemetry tracing, when OTEL_TRACES_EXPORTER names an exporter */
   tracing?: TracingSettings
   /** things worth telling the operator that do not stop the start (misspelt names, say) */
+  /** CONFIG_FILE, when set: its absolute path, and the settings of it the environment overrides */
+  file?: { path: string, overridden: string[] }
+  /** every variable as set (the environment's, the file's, .env's), for telling what a new version changes; holds secrets */
+  variables: Record<string, string>
   warnings: string[]
 }
 

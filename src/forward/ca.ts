@@ -4,10 +4,9 @@ import 'reflect-metadata'
 import * as x509 from '@peculiar/x509'
 import { createHash, createPrivateKey, KeyObject, randomBytes, webcrypto, X509Certificate } from 'node:crypto'
 import { EventEmitter } from 'node:events'
-import { unwatchFile, watchFile } from 'node:fs'
 import { isIP } from 'node:net'
 import { createSecureContext, type SecureContext } from 'node:tls'
-import { SECRET_FILE_POLL_MS } from '../config/credentials.js'
+import { watchFiles } from '../config/watched-files.js'
 import { caProblem, FORWARD_CA_NAMES } from '../config/forward.js'
 import { readSecretFile } from '../config/secret-file.js'
 import type { ForwardSettings } from '../config/types.js'
@@ -59,7 +58,7 @@ export class ForwardCa extends EventEmitter<ForwardCaEvents> {
   readonly #leafKeys: Promise<webcrypto.CryptoKeyPair>
   readonly #leaves = new Map<string, Promise<Leaf>>()
   #told: string | undefined
-  #watching = false
+  #unwatch: (() => void) | undefined
 
   private constructor (files: NonNullable<ForwardSettings['ca']>, log: Logger, ca: HeldCa) {
     super()
@@ -106,14 +105,12 @@ export class ForwardCa extends EventEmitter<ForwardCaEvents> {
   }
 
   watch (): void {
-    if (this.#watching) return
-    this.#watching = true
-    for (const file of [this.#files.certFile, this.#files.keyFile]) watchFile(file, { interval: SECRET_FILE_POLL_MS, persistent: false }, this.#changed)
+    this.#unwatch ??= watchFiles([this.#files.certFile, this.#files.keyFile], this.#changed)
   }
 
   close (): void {
-    this.#watching = false
-    for (const file of [this.#files.certFile, this.#files.keyFile]) unwatchFile(file, this.#changed)
+    this.#unwatch?.()
+    this.#unwatch = undefined
   }
 
   readonly #changed = (): void => {

@@ -42,7 +42,8 @@ export interface ForwardProxyOptions {
   settings: ForwardSettings
   /** the CA of the intercepted https origins; undefined when no route is https */
   ca: ForwardCa | undefined
-  routes: Route[]
+  /** the routes it serves first (serve changes them) */
+  routes: readonly Route[]
   listener: Omit<ListenerOptions, 'route' | 'forward'>
   /** the ports the sidecar listens on, which an allowed name never reaches on this host */
   ownPorts: () => readonly number[]
@@ -66,9 +67,9 @@ export class ForwardProxy {
   readonly listener: Listener
   readonly #o: ForwardProxyOptions
   /** the routes by origin: the destinations that get a credential */
-  readonly #origins = new Map<string, Route[]>()
+  #origins = new Map<string, Route[]>()
   /** the hosts of the https routes (hostKey), never asked over plain HTTP */
-  readonly #secureHosts = new Set<string>()
+  #secureHosts = new Set<string>()
   readonly #asked = new WeakMap<IncomingMessage, Asked>()
   readonly #intercepted = new WeakMap<Duplex, Interception>()
   readonly #tunnels = new Set<Socket>()
@@ -78,19 +79,13 @@ export class ForwardProxy {
 
   constructor (o: ForwardProxyOptions) {
     this.#o = o
-    for (const route of o.routes) {
-      const list = this.#origins.get(route.config.origin) ?? []
-      list.push(route)
-      this.#origins.set(route.config.origin, list)
-      if (route.config.origin.startsWith('https:')) this.#secureHosts.add(hostKey(new URL(route.config.origin).hostname))
-    }
     this.#headersTimeoutMs = o.listener.headersTimeoutMs ?? HEADERS_TIMEOUT_MS
     this.listener = buildListener({
       ...o.listener,
       route: UNROUTED,
       forward: {
         rewriteUrl: (req) => this.#rewrite(req),
-        route: (req) => {
+        origin: (req) => {
           const asked = this.#asked.get(req)
           return asked?.refusal === undefined ? asked?.destination?.origin : undefined
         },
@@ -115,9 +110,17 @@ export class ForwardProxy {
     })
   }
 
-  /** Registers every route for the requests to its BASE_URL. */
-  async register (deps: RouteDeps): Promise<void> {
-    for (const route of this.#o.routes) await route.register(this.listener.app, deps, 'forward')
+  /** Serves `routes` (from now on; the first ones by default) for the requests to their BASE_URLs. */
+  serve (deps: RouteDeps, routes: readonly Route[] = this.#o.routes): void {
+    const origins = new Map<string, Route[]>()
+    const secureHosts = new Set<string>()
+    for (const route of routes) {
+      origins.set(route.config.origin, [...origins.get(route.config.origin) ?? [], route])
+      if (route.config.origin.startsWith('https:')) secureHosts.add(hostKey(new URL(route.config.origin).hostname))
+    }
+    this.#origins = origins
+    this.#secureHosts = secureHosts
+    this.listener.table.set(routes.map((route) => route.entry(this.listener, deps, 'forward')))
   }
 
   /** Cuts the tunnels: they have no requests to let finish. */

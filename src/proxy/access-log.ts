@@ -27,10 +27,6 @@ export function pathOf (url: string): string {
 }
 
 declare module 'fastify' {
-  interface FastifyContextConfig {
-    /** the route a Fastify route forwards to */
-    sidecarRoute?: string
-  }
   interface FastifyRequest {
     /** performance.now() on arrival, for the line of an abandoned request */
     sidecarStarted: number
@@ -46,7 +42,7 @@ declare module 'fastify' {
 export function accessLine (request: FastifyRequest, status: number, ms: number, listenerRoute: string, destination?: (req: FastifyRequest['raw']) => string | undefined): AccessLine {
   const line: AccessLine = {
     requestId: request.id,
-    route: request.routeOptions.config.sidecarRoute ?? listenerRoute,
+    route: request.sidecarRoute?.context.route.name ?? listenerRoute,
     method: request.raw.method ?? '',
     path: pathOf(request.raw.url ?? ''),
     status,

@@ -66,7 +66,7 @@ export class Admission {
       // Refused before it is counted: one flooding connection cannot take the
       // places of the others.
       if (connection.unanswered > PIPELINE_DEPTH) return sendError(reply, 'overloaded', { retryAfter: 1, close: true })
-      const route = request.routeOptions.config.sidecarRoute
+      const route = request.sidecarRoute?.context.route.name
       if (!this.#budget.take(route)) return sendError(reply, 'overloaded', { retryAfter: 1 })
       request.sidecarCounted = true
       request.sidecarCountedFor = route
@@ -80,6 +80,10 @@ export class Admission {
 
   /** The request no longer counts: answered, abandoned, or a WebSocket handshake that became a session. */
   leave (request: FastifyRequest): void {
+    if (request.sidecarInProgress) {
+      request.sidecarInProgress = false
+      request.sidecarRoute!.requests.leave()
+    }
     if (request.sidecarCounted) {
       request.sidecarCounted = false
       this.#budget.give(request.sidecarCountedFor)

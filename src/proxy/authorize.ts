@@ -12,13 +12,16 @@ declare module 'fastify' {
 }
 
 /**
- * Takes the route's authorization for the request before it is forwarded.
+ * Takes the authorization of the request's route before it is forwarded.
  * While a token is being obtained the request waits (TOKEN_WAIT_MS at most),
  * then gets 503 token_unavailable, unforwarded.
  */
-export const authorize = fp<{ credential: RequestCredential }>(async function authorize (app: FastifyInstance, { credential }) {
+export const authorize = fp(async function authorize (app: FastifyInstance) {
   app.decorateRequest('sidecarAuthorization', undefined)
   app.addHook('onRequest', (request, reply, done) => {
+    // what no route took goes nowhere with a credential
+    const credential = request.sidecarRoute?.context.credential
+    if (credential === undefined) return done()
     const held = credential.current()
     if (held !== undefined) {
       request.sidecarAuthorization = held

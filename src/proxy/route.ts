@@ -1,49 +1,41 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import type { ProxyContext } from './context.js'
 import { forward } from './forward.js'
 import { authorize } from './authorize.js'
 import { sendError } from './replies.js'
-import { upstreamTarget } from './target.js'
 import { isUpgrade } from './upgrade.js'
-import type { WebSocketEgress } from '../dispatcher.js'
 import type { Tracing } from '../tracing/tracing.js'
 
-export interface RouteOptions {
-  /** the route's own parts; the listener's (admission, WebSocket sessions) are the instance's it is registered on */
-  context: Omit<ProxyContext, 'admission'>
+export interface ServeOptions {
   /** every method forwarded */
   methods: string[]
-  egress: WebSocketEgress
-  /** Fastify's route constraints: on the forward proxy's listener, the route's origin */
-  constraints?: Record<string, string>
   tracing: Tracing
+  /** what answers a request no route took (the forward proxy's); 400 by default */
+  unrouted?: (request: FastifyRequest, reply: FastifyReply) => void
 }
 
 /**
- * One route: every method and path under its prefix goes to its upstream
- * with its credential. Registered once per route, with the route's prefix
- * (several upstreams are the same plugin N times); the listener's hooks
- * (the access log, admission, the guard) hold for all of them, and its
- * admission and WebSocket sessions serve them. Requests pass authorize (the
- * credential), then forward (HTTP) or the WebSocket handshake.
+ * A listener's one Fastify route: every method and path, served by the
+ * route its table gave the request on arrival (server.ts). The listener's
+ * hooks (the access log, admission, the guard) hold for all of them, and
+ * its admission and WebSocket sessions serve them. Requests pass authorize
+ * (the route's credential), then forward (HTTP) or the WebSocket handshake.
  */
-export async function proxyRoute (app: FastifyInstance, o: RouteOptions): Promise<void> {
+export async function serveRoutes (app: FastifyInstance, o: ServeOptions): Promise<void> {
   // Bodies are streamed as they come, whatever their type.
   app.removeAllContentTypeParsers()
   app.addContentTypeParser('*', (_request, payload, done) => { done(null, payload) })
   // before authorize: a request that waits for a token has its span to link from
-  o.tracing.instrumentRoute(app, o.context.route.name)
-  await app.register(authorize, { credential: o.context.credential })
-  const context: ProxyContext = { ...o.context, admission: app.sidecarAdmission }
+  o.tracing.instrumentRoute(app, (request) => request.sidecarRoute?.context.route.name)
+  await app.register(authorize)
   const websockets = app.sidecarWebSockets
+  const unrouted = o.unrouted ?? ((_request, reply) => { sendError(reply, 'bad_request') })
   const handler = (request: FastifyRequest, reply: FastifyReply): void => {
-    const target = upstreamTarget(request.raw.url ?? '/', context.route)
-    if (target === undefined) return sendError(reply, 'bad_request')
-    if (isUpgrade(request.raw)) websockets.handshake(request, reply, context, o.egress, target)
-    else forward(request, reply, context, target)
+    const entry = request.sidecarRoute
+    const target = request.sidecarTarget
+    if (entry === undefined || target === undefined) return unrouted(request, reply)
+    if (isUpgrade(request.raw)) websockets.handshake(request, reply, entry.context, entry.egress, target)
+    else forward(request, reply, entry.context, target)
   }
-  const config = { sidecarRoute: context.route.name }
-  const constraints = o.constraints ?? {}
-  app.route({ method: o.methods, url: '/', handler, config, constraints })
-  app.route({ method: o.methods, url: '/*', handler, config, constraints })
+  app.route({ method: o.methods, url: '/', handler })
+  app.route({ method: o.methods, url: '/*', handler })
 }

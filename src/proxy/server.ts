@@ -3,7 +3,6 @@ import type { EventEmitter } from 'node:events'
 import { METHODS, type IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
-import type { ConstraintStrategy, HTTPVersion } from 'find-my-way'
 import type pino from 'pino'
 import { accessLog, type AccessLine } from './access-log.js'
 import { Admission } from './admission.js'
@@ -13,7 +12,10 @@ import { guard, REFUSED_METHODS } from './guard.js'
 import { REQUEST_ID } from './headers.js'
 import type { RequestBudget } from './request-budget.js'
 import { sendError } from './replies.js'
+import { serveRoutes } from './route.js'
+import { RouteTable } from './route-table.js'
 import { routeUpgrades } from './upgrade.js'
+import { NO_TRACING, type Tracing } from '../tracing/tracing.js'
 import { WebSocketSessions } from './websocket.js'
 
 export interface ListenerOptions {
@@ -25,6 +27,8 @@ export interface ListenerOptions {
   headersTimeoutMs?: number
   log: pino.Logger
   events: EventEmitter<ProxyEvents>
+  /** spans for its requests; none by default */
+  tracing?: Tracing
   /** makes it the forward proxy's listener (src/forward/proxy.ts) */
   forward?: ForwardHooks
 }
@@ -38,16 +42,13 @@ export interface ForwardHooks {
   /** the request's target as the routes see it (its path and query); what it names is kept for `destination` */
   rewriteUrl: (req: IncomingMessage) => string
   /** the origin whose routes may take a request; undefined: none may */
-  route: (req: IncomingMessage) => string | undefined
+  origin: (req: IncomingMessage) => string | undefined
   /** the origin a request asked for, for its access line */
   destination: (req: IncomingMessage) => string | undefined
   /** a request no route takes */
   notFound: (request: FastifyRequest, reply: FastifyReply) => void
   onConnect: (req: IncomingMessage, socket: Duplex, head: Buffer) => void
 }
-
-/** The route constraint of the forward proxy's listener: a route registered for an origin serves the requests for it. */
-export const DESTINATION = 'destination'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -58,9 +59,10 @@ declare module 'fastify' {
   }
 }
 
-/** One listener: the Fastify instance routes are registered on, and what they share. */
+/** One listener: its Fastify instance, the routes it serves, and what they share. */
 export interface Listener {
   app: FastifyInstance
+  table: RouteTable
   admission: Admission
   websockets: WebSocketSessions
 }
@@ -73,9 +75,10 @@ export const FORWARDED_METHODS = METHODS.filter((m) => !REFUSED_METHODS.has(m))
 /**
  * A proxy listener (PROXY_PORT, or a route's own port): a Fastify server
  * whose routes forward to their upstreams. What holds for every request on
- * it, in the order a request meets it: the access log, admission (bounds),
- * the guard (what may not be forwarded); then the route (route.ts).
- * WebSocket upgrades take the same way (upgrade.ts).
+ * it, in the order a request meets it: the access log, its route looked up
+ * in the table, admission (bounds), the guard (what may not be forwarded);
+ * then the route (route.ts). WebSocket upgrades take the same way
+ * (upgrade.ts).
  */
 export function buildListener (o: ListenerOptions): Listener {
   const headersTimeout = o.headersTimeoutMs ?? HEADERS_TIMEOUT_MS
@@ -103,7 +106,7 @@ export function buildListener (o: ListenerOptions): Listener {
     // answered 503. The shutdown drains first and closes after.
     return503OnClosing: false,
     exposeHeadRoutes: false,
-    routerOptions: { maxParamLength: 65_535, ...(o.forward !== undefined && { constraints: { [DESTINATION]: destinationConstraint(o.forward) } }) },
+    routerOptions: { maxParamLength: 65_535 },
     clientErrorHandler: refusals.onClientError,
     ...(o.forward !== undefined && { rewriteUrl: o.forward.rewriteUrl }),
     frameworkErrors: (err, request, reply) => {
@@ -125,43 +128,32 @@ export function buildListener (o: ListenerOptions): Listener {
     o.log.error({ requestId: request.id, err: { type: err.name, code: err.code } }, 'internal error')
     sendError(reply, 'internal_error')
   })
-  if (o.forward === undefined) {
-    // What no route takes: a method that is not forwarded (the guard answers it).
-    app.setNotFoundHandler((_request, reply) => { sendError(reply, 'method_not_allowed', { status: 405 }) })
-  } else {
-    // What no route takes is the forward proxy's to answer; its bodies pass untouched.
-    app.removeAllContentTypeParsers()
-    app.addContentTypeParser('*', (_request, payload, done) => { done(null, payload) })
-    app.setNotFoundHandler(o.forward.notFound)
-  }
+  // What no route takes: a method that is not forwarded (the guard answers it).
+  app.setNotFoundHandler((_request, reply) => { sendError(reply, 'method_not_allowed', { status: 405 }) })
 
+  const table = new RouteTable()
   const admission = new Admission(o.budget)
   const websockets = new WebSocketSessions()
   app.decorate('sidecarAdmission', admission)
   app.decorate('sidecarWebSockets', websockets)
+  app.decorateRequest('sidecarRoute', undefined)
+  app.decorateRequest('sidecarTarget', undefined)
+  app.decorateRequest('sidecarInProgress', false)
   app.register(accessLog, { route: o.route, onResponse, ...(o.forward !== undefined && { destination: o.forward.destination }) })
+  const forwardHooks = o.forward
+  app.addHook('onRequest', forwardHooks === undefined
+    ? (request, _reply, done) => { table.route(request); done() }
+    : (request, _reply, done) => {
+        const origin = forwardHooks.origin(request.raw)
+        if (origin !== undefined) table.route(request, origin)
+        done()
+      })
   app.register(admission.plugin)
   app.register(guard)
+  app.register(serveRoutes, { methods: FORWARDED_METHODS, tracing: o.tracing ?? NO_TRACING, ...(forwardHooks !== undefined && { unrouted: forwardHooks.notFound }) })
   routeUpgrades(app)
-  app.server.on('connect', o.forward?.onConnect ?? refusals.onConnect)
-  return { app, admission, websockets }
-}
-
-/** find-my-way's strategy for the destination constraint: routes by origin, every request of the listener names one or none. */
-function destinationConstraint (forward: ForwardHooks): ConstraintStrategy<HTTPVersion.V1, string> {
-  return {
-    name: DESTINATION,
-    storage () {
-      const handlers = new Map<string, unknown>()
-      return { get: (origin: string) => handlers.get(origin) ?? null, set: (origin: string, store: unknown) => { handlers.set(origin, store) } } as never
-    },
-    // undefined matches no route (each one on this listener has a destination): the not-found handler answers
-    deriveConstraint: (req) => forward.route(req as IncomingMessage) as string,
-    mustMatchWhenDerived: true,
-    validate (value: unknown) {
-      if (typeof value !== 'string') throw new TypeError('a destination is an origin')
-    }
-  }
+  app.server.on('connect', forwardHooks?.onConnect ?? refusals.onConnect)
+  return { app, table, admission, websockets }
 }
 
 /** The client's X-Request-Id when it looks like an id, else a new one. */

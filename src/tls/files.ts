@@ -1,7 +1,6 @@
 import { EventEmitter } from 'node:events'
-import { unwatchFile, watchFile } from 'node:fs'
 import { createSecureContext, type SecureContext } from 'node:tls'
-import { SECRET_FILE_POLL_MS } from '../config/credentials.js'
+import { watchFiles } from '../config/watched-files.js'
 import { MAX_CA_FILE_BYTES, MAX_SECRET_FILE_BYTES, readSecretFile } from '../config/secret-file.js'
 import type { TlsPaths } from '../config/types.js'
 import type { Logger } from '../logger.js'
@@ -52,7 +51,7 @@ export class TlsFiles extends EventEmitter<TlsFilesEvents> {
   #recheck: NodeJS.Timeout | undefined
   #reading: Promise<void> | undefined
   #again = false
-  #watching = false
+  #unwatch: (() => void) | undefined
 
   /** NODE_EXTRA_CA_CERTS's certificates, trusted with a CA file's */
   readonly #extraCas: readonly string[]
@@ -90,15 +89,13 @@ export class TlsFiles extends EventEmitter<TlsFilesEvents> {
 
   /** Watches the files for a change. */
   watch (): void {
-    if (this.#watching) return
-    this.#watching = true
-    for (const file of this.#files()) watchFile(file, { interval: SECRET_FILE_POLL_MS, persistent: false }, this.#changed)
+    this.#unwatch ??= watchFiles(this.#files(), this.#changed)
   }
 
   close (): void {
-    this.#watching = false
+    this.#unwatch?.()
+    this.#unwatch = undefined
     clearTimeout(this.#recheck)
-    for (const file of this.#files()) unwatchFile(file, this.#changed)
   }
 
   #files (): string[] {
@@ -112,7 +109,7 @@ export class TlsFiles extends EventEmitter<TlsFilesEvents> {
     }
     this.#reading = this.#reload().finally(() => {
       this.#reading = undefined
-      if (this.#again && this.#watching) {
+      if (this.#again && this.#unwatch !== undefined) {
         this.#again = false
         this.#changed()
       }
@@ -163,7 +160,7 @@ export class TlsFiles extends EventEmitter<TlsFilesEvents> {
 
   #recheckAt (time: number): void {
     clearTimeout(this.#recheck)
-    if (!this.#watching) return
+    if (this.#unwatch === undefined) return
     // the files held back are looked at again: their time may have come, or the one in use may have ended
     this.#recheck = setTimeout(this.#changed, Math.min(Math.max(0, time - Date.now()) + 1_000, RECHECK_MAX_MS))
     this.#recheck.unref()

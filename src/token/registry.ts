@@ -17,6 +17,34 @@ import type { TokenSource } from './source.js'
 import type { TlsFiles, TlsFileSets } from '../tls/files.js'
 import type { Tracing } from '../tracing/tracing.js'
 
+/** One credential and what it is made of. */
+interface Held {
+  config: CredentialConfig
+  credential: HeldCredential
+  /** its secrets, re-read when their files change; an exchange has its subject's */
+  store?: CredentialStore
+  /** what its auth server client is made of, for the exchanges of its token (each with connections of its own) */
+  client?: (connections: TlsDispatcher[]) => OAuthClient
+  /** its TLS files for the auth server */
+  tls?: TlsFiles | undefined
+  /** the connections to the auth server it made */
+  connections: TlsDispatcher[]
+  /** TOKEN_TIMEOUT_MS as it was made with, for ending its session */
+  timeoutMs: number
+  /** an exchange's subject, by its key */
+  subject?: string
+}
+
+/**
+ * A credential's identity: its settings and those every credential shares
+ * (TOKEN_*, the egress proxy). A new configuration with the same keeps the
+ * credential, and so its token.
+ */
+export function credentialKey (config: CredentialConfig, global: Pick<Config, 'token' | 'egress'>): string {
+  const { name: _name, ...settings } = config
+  return JSON.stringify([settings, global.token, global.egress])
+}
+
 /** A credential as the sidecar holds it: a token kept fresh (oauth2), or fixed Basic credentials. */
 export type HeldCredential = TokenLifecycle | BasicCredential
 
@@ -42,14 +70,9 @@ export interface CredentialDeps {
  */
 export class CredentialRegistry {
   readonly #deps: CredentialDeps
-  readonly #held = new Map<CredentialConfig, HeldCredential>()
-  /** what a credential's auth server client is made of, for the exchanges of its token */
-  readonly #clients = new Map<CredentialConfig, () => OAuthClient>()
-  /** each oauth2 credential's TLS files for the auth server */
-  readonly #tls = new Map<CredentialConfig, TlsFiles | undefined>()
-  readonly #stores: CredentialStore[] = []
-  /** the auth server connections, a set per OAuth client */
-  readonly #connections: TlsDispatcher[] = []
+  /** by credentialKey: one object per distinct configuration, kept across new versions of it */
+  readonly #held = new Map<string, Held>()
+  #started = false
 
   constructor (deps: CredentialDeps) {
     this.#deps = deps
@@ -57,26 +80,50 @@ export class CredentialRegistry {
 
   /** Every credential, in the order they were made (a subject before its exchanges). */
   get all (): Array<{ config: CredentialConfig, credential: HeldCredential }> {
-    return [...this.#held].map(([config, credential]) => ({ config, credential }))
+    return [...this.#held.values()].map(({ config, credential }) => ({ config, credential }))
   }
 
-  /** The credential of `config`, made once. */
-  async of (config: CredentialConfig): Promise<HeldCredential> {
-    const held = this.#held.get(config)
-    if (held !== undefined) return held
-    const made = await this.#make(config)
-    this.#held.set(config, made)
-    return made
+  /**
+   * The credential of `config` under the settings `global` gives every
+   * credential (TOKEN_*, the egress proxy): the one made before for the
+   * same settings, or a new one, started when the others are.
+   */
+  async of (config: CredentialConfig, global: Config = this.#deps.config): Promise<HeldCredential> {
+    const key = credentialKey(config, global)
+    const held = this.#held.get(key)
+    if (held !== undefined) return held.credential
+    const made = await this.#make(config, global)
+    this.#held.set(key, made)
+    if (this.#started) made.credential.start()
+    return made.credential
   }
 
   /** The client certificates the credentials present to the auth server, each under the route whose settings define it. */
   get certificates (): Array<{ which: 'auth', route: string, files: TlsFiles }> {
-    return [...this.#tls].flatMap(([config, files]) => files?.certificate === undefined ? [] : [{ which: 'auth' as const, route: config.name, files }])
+    return [...this.#held.values()].flatMap(({ config, tls }) => tls?.certificate === undefined ? [] : [{ which: 'auth' as const, route: config.name, files: tls }])
   }
 
   /** Every credential, started. */
   start (): void {
-    for (const credential of this.#held.values()) credential.start()
+    this.#started = true
+    for (const { credential } of this.#held.values()) credential.start()
+  }
+
+  /**
+   * Stops the credentials no route holds any more (`inUse`, with the
+   * subjects of their exchanges) and ends their sessions as close does,
+   * in the background; returns those stopped.
+   */
+  retain (inUse: ReadonlySet<HeldCredential>): HeldCredential[] {
+    const kept = new Set<string>()
+    for (const [key, held] of this.#held) {
+      if (!inUse.has(held.credential)) continue
+      for (let k: string | undefined = key; k !== undefined; k = this.#held.get(k)?.subject) kept.add(k)
+    }
+    const gone = [...this.#held].filter(([key]) => !kept.has(key))
+    for (const [key] of gone) this.#held.delete(key)
+    void Promise.all(gone.map(async ([, held]) => await this.#end(held)))
+    return gone.map(([, held]) => held.credential)
   }
 
   /**
@@ -86,12 +133,16 @@ export class CredentialRegistry {
    * the connections to the auth server.
    */
   async close (): Promise<void> {
-    for (const credential of this.#held.values()) credential.stop()
-    for (const store of this.#stores) store.close()
-    await Promise.all(this.all.map(async ({ config, credential }) => {
-      if (config.auth.mode === 'oauth2' && config.auth.logoutOnShutdown) await credential.endSession(this.#deps.config.token.timeoutMs)
-    }))
-    await Promise.all(this.#connections.map(async (connections) => await connections.destroy()))
+    const all = [...this.#held.values()]
+    for (const held of all) held.credential.stop()
+    await Promise.all(all.map(async (held) => await this.#end(held)))
+  }
+
+  async #end (held: Held): Promise<void> {
+    held.credential.stop()
+    held.store?.close()
+    if (held.config.auth.mode === 'oauth2' && held.config.auth.logoutOnShutdown) await held.credential.endSession(held.timeoutMs)
+    await Promise.all(held.connections.map(async (connections) => await connections.destroy()))
   }
 
   /**
@@ -100,22 +151,25 @@ export class CredentialRegistry {
    * trusting what `tls` says (Node's defaults without), and its last
    * refusal of the certificate.
    */
-  #http (tls: TlsFiles | undefined): { fetch: AuthFetch, refusal: () => string | undefined } {
+  #http (tls: TlsFiles | undefined, global: Config, connections: TlsDispatcher[]): { fetch: AuthFetch, refusal: () => string | undefined } {
     if (this.#deps.fetch !== undefined) return { fetch: this.#deps.fetch, refusal: () => undefined }
-    const connections = new TlsDispatcher((connect, onTlsError) => createDispatcher(this.#deps.config.egress, undefined, { connections: 2, keepAliveTimeout: 4_000, maxResponseSize: MAX_ANSWER_BYTES }, connect, onTlsError), tls)
-    this.#connections.push(connections)
-    return { fetch: authFetch(connections), refusal: () => connections.refusal() }
+    const made = new TlsDispatcher((connect, onTlsError) => createDispatcher(global.egress, undefined, { connections: 2, keepAliveTimeout: 4_000, maxResponseSize: MAX_ANSWER_BYTES }, connect, onTlsError), tls)
+    connections.push(made)
+    return { fetch: authFetch(made), refusal: () => made.refusal() }
   }
 
-  async #make (config: CredentialConfig): Promise<HeldCredential> {
-    const { config: global, clock, secrets } = this.#deps
+  async #make (config: CredentialConfig, global: Config): Promise<Held> {
+    const { clock, secrets } = this.#deps
     const log = this.#deps.log.child({ component: 'token', ...(config.name !== 'default' && { route: config.name }) })
     const exchange = config.exchange
+    const held = { config, timeoutMs: global.token.timeoutMs, connections: [] as TlsDispatcher[] }
     if (exchange !== undefined) {
-      const subject = await this.of(exchange.subject)
-      if (!(subject instanceof TokenLifecycle)) throw new Error(`route ${config.name}: an exchange needs an oauth2 credential to exchange`)
+      await this.of(exchange.subject, global)
+      const subjectKey = credentialKey(exchange.subject, global)
+      const { credential: subject, client, tls } = this.#held.get(subjectKey)!
+      if (!(subject instanceof TokenLifecycle) || client === undefined) throw new Error(`route ${config.name}: an exchange needs an oauth2 credential to exchange`)
       const source = new TokenExchange({
-        server: this.#clients.get(exchange.subject)!(),
+        server: client(held.connections),
         subject,
         audience: exchange.audience,
         ...(exchange.scope !== undefined && { scope: exchange.scope }),
@@ -123,14 +177,12 @@ export class CredentialRegistry {
         secrets
       })
       const manager = this.#lifecycle(source, config.name, log, clock, secrets, global)
-      // the exchange is made over its subject's connections, with its certificate
-      const tls = this.#tls.get(exchange.subject)
+      // the exchange is made with its subject's certificate
       if (tls?.certificate !== undefined) tls.on('change', () => manager.certificateChanged())
-      return manager
+      return { ...held, credential: manager, subject: subjectKey }
     }
     const store = new CredentialStore(config.sources, (message) => log.warn({ event: 'credentials' }, message))
-    this.#stores.push(store)
-    if (config.auth.mode === 'basic') return await BasicCredential.create(store)
+    if (config.auth.mode === 'basic') return { ...held, store, credential: await BasicCredential.create(store) }
     const { tokenUrl, issuerUrl, discoveryUrl, alternateTokenUrl, grantType, clientAuth, clientId, clientKeyAlg, clientKeyId, scope, params, dpop, dpopAlgSet } = config.auth
     const tls = config.auth.tls === undefined ? undefined : await this.#deps.tls.of(config.auth.tls, config.name === 'default' ? 'auth' : `auth (route ${config.name})`)
     const dpopKey = dpop === undefined ? undefined : await DpopKey.generate(dpop)
@@ -141,8 +193,8 @@ export class CredentialRegistry {
       ...(clientKeyId !== undefined && { keyId: clientKeyId }),
       onSecret: (value) => secrets.addToken(value)
     })
-    const made = (): OAuthClient => {
-      const connections = this.#http(tls)
+    const made = (connections: TlsDispatcher[]): OAuthClient => {
+      const http = this.#http(tls, global, connections)
       return new OAuthClient({
       ...(tokenUrl !== undefined && { tokenUrl }),
       ...(issuerUrl !== undefined && { issuerUrl }),
@@ -153,8 +205,8 @@ export class CredentialRegistry {
       client,
       extras: { params, ...(scope !== undefined && { scope }) },
       credentials: store,
-      fetch: connections.fetch,
-      tls: { unusable: () => tls?.unusable(), presents: tls?.certificate !== undefined, refusal: connections.refusal },
+      fetch: http.fetch,
+      tls: { unusable: () => tls?.unusable(), presents: tls?.certificate !== undefined, refusal: http.refusal },
       timeoutMs: global.token.timeoutMs,
       ...(dpopKey !== undefined && { dpop: dpopKey, dpopAlgSet: dpopAlgSet === true }),
       clock,
@@ -162,11 +214,9 @@ export class CredentialRegistry {
       secrets
       })
     }
-    this.#clients.set(config, made)
-    this.#tls.set(config, tls)
-    const manager = this.#lifecycle(new OwnGrants({ server: made(), credentials: store, clock, log, secrets }), config.name, log, clock, secrets, global)
+    const manager = this.#lifecycle(new OwnGrants({ server: made(held.connections), credentials: store, clock, log, secrets }), config.name, log, clock, secrets, global)
     if (tls?.certificate !== undefined) tls.on('change', () => manager.certificateChanged())
-    return manager
+    return { ...held, store, credential: manager, client: made, tls }
   }
 
   #lifecycle (source: TokenSource, route: string, log: pino.Logger, clock: Clock, secrets: SecretScrubber, config: Config): TokenLifecycle {

@@ -44,12 +44,13 @@ class OtelTracing implements Tracing {
     this.#sdk = sdk
   }
 
-  instrumentRoute (app: FastifyInstance, route: string): void {
+  instrumentRoute (app: FastifyInstance, routeOf: (request: FastifyRequest) => string | undefined): void {
     const tracer = this.#tracer
     const grants = this.#grants
     // the listener's access log ends the span with its line's status (a WebSocket's handshake, at the switch)
     app.addHook('onRequest', (request, _reply, done) => {
-      request.sidecarTrace = requestTrace(tracer, grants, request, route)
+      const route = routeOf(request)
+      if (route !== undefined) request.sidecarTrace = requestTrace(tracer, grants, request, route)
       done()
     })
   }

@@ -1,4 +1,4 @@
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type { TracingSettings } from '../config/load.js'
 
 /** trace_id and span_id, as log lines carry them */
@@ -64,8 +64,8 @@ export type Fetch = (url: string, init: { method: string, headers: Record<string
  */
 export interface Tracing {
   readonly on: boolean
-  /** Adds the hook that starts a SERVER span for each request of a route (none when off); the listener's access log ends it. */
-  instrumentRoute(app: FastifyInstance, route: string): void
+  /** Adds the hook that starts a SERVER span for each request a route took (`routeOf` names it; none when off); the listener's access log ends it. */
+  instrumentRoute(app: FastifyInstance, routeOf: (request: FastifyRequest) => string | undefined): void
   /** An INTERNAL span for one grant of `credential` (the key the requests waiting for it link by). */
   grant(credential: object, route: string, grantType: string): GrantSpan
   /** The ids of `credential`'s latest grant, for its token log lines. */

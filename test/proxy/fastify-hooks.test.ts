@@ -69,11 +69,12 @@ t.test('no line of Fastify\'s or reply-from\'s own request logging, one line of 
   t.notOk(msgs.some((m) => m === 'incoming request' || m === 'request completed' || m === 'fetching from remote server' || m === 'response received'))
 })
 
-t.test('each route\'s requests meet each hook once: the access log, admission, the guard, then the credential', async (t) => {
+t.test('each route\'s requests meet each hook once: the access log, the route\'s lookup, admission, the guard, then the credential', async (t) => {
   const h = await build(t, { ROUTE_BILLING_BASE_URL: 'http://127.0.0.1:9/billing', ROUTE_BILLING_PATH: '/billing' })
-  // Fastify's own listing of each route and the onRequest hooks its requests run through
+  // Fastify's own listing of its routes and the onRequest hooks their requests run through:
+  // one route for every path, the sidecar's routes being a table it looks up
   const listing = h.app.proxy.printRoutes({ includeHooks: true, commonPrefix: false })
   const onRequest = [...listing.matchAll(/\(onRequest\) (\[.*\])/g)].map((m) => (JSON.parse(m[1]!) as string[]).length)
-  t.ok(onRequest.length >= 4, `${onRequest.length} routes listed, the default route's and billing's`)
-  t.same([...new Set(onRequest)], [4], 'four hooks on each, none twice')
+  t.ok(onRequest.length >= 2, `${onRequest.length} Fastify routes listed, / and /*, whichever route a request is for`)
+  t.same([...new Set(onRequest)], [5], 'five hooks on each, none twice')
 })

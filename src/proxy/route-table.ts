@@ -1,0 +1,77 @@
+import type { FastifyRequest } from 'fastify'
+import type { WebSocketEgress } from '../dispatcher.js'
+import type { ProxyContext } from './context.js'
+import { upstreamTarget, type UpstreamTarget } from './target.js'
+
+/** One route as a listener serves it: its parts, how its WebSocket handshakes reach the upstream, its requests in progress. */
+export interface TableEntry {
+  context: ProxyContext
+  egress: WebSocketEgress
+  requests: InProgress
+}
+
+/** The requests a route took that are not answered yet (on every listener), so that a route replaced closes after them. */
+export class InProgress {
+  #count = 0
+  #idle: Array<() => void> = []
+
+  enter (): void {
+    this.#count++
+  }
+
+  leave (): void {
+    if (--this.#count === 0) for (const resolve of this.#idle.splice(0)) resolve()
+  }
+
+  /** Resolves once none is in progress. */
+  async idle (): Promise<void> {
+    if (this.#count > 0) await new Promise<void>((resolve) => this.#idle.push(resolve))
+  }
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** the route the request was routed to (its listener's table, on arrival); undefined: none took it */
+    sidecarRoute: TableEntry | undefined
+    /** where it goes on that route's upstream */
+    sidecarTarget: UpstreamTarget | undefined
+    /** counted among its route's requests in progress (admission's leave ends it) */
+    sidecarInProgress: boolean
+  }
+}
+
+/**
+ * A listener's routes, looked up per request: the longest prefix whose
+ * whole segments begin the request's path (its base path on the forward
+ * proxy's listener, among the routes of the origin asked for). The table
+ * is replaced whole when the configuration changes, so a request is
+ * routed by one version; Fastify's own routes cannot change once it
+ * listens.
+ */
+export class RouteTable {
+  #entries: readonly TableEntry[] = []
+
+  /** The routes from now on (a request already routed keeps its route). */
+  set (entries: readonly TableEntry[]): void {
+    this.#entries = [...entries].sort((a, b) => b.context.route.prefix.length - a.context.route.prefix.length)
+  }
+
+  get entries (): readonly TableEntry[] {
+    return this.#entries
+  }
+
+  /** Routes `request`: for `origin` only when given (the forward proxy's), else by its path alone. */
+  route (request: FastifyRequest, origin?: string): void {
+    const url = request.raw.url ?? '/'
+    for (const entry of this.#entries) {
+      if (origin !== undefined && entry.context.route.origin !== origin) continue
+      const target = upstreamTarget(url, entry.context.route)
+      if (target === undefined) continue
+      request.sidecarRoute = entry
+      request.sidecarTarget = target
+      request.sidecarInProgress = true
+      entry.requests.enter()
+      return
+    }
+  }
+}

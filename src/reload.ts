@@ -1,0 +1,106 @@
+import type pino from 'pino'
+import { ConfigError, type Config } from './config/load.js'
+import type { Applied } from './route-set.js'
+import { watchFiles } from './config/watched-files.js'
+
+export interface ReloaderOptions {
+  /** the configuration in use */
+  config: Config
+  /** reads the configuration again (the environment, CONFIG_FILE, .env) */
+  read: () => Promise<Config>
+  apply: (next: Config) => Promise<Applied>
+  count: (outcome: 'applied' | 'rejected') => void
+  log: pino.Logger
+}
+
+/**
+ * Re-reads the configuration when CONFIG_FILE changes (polled as the
+ * secret files are: a Kubernetes ConfigMap's update swaps the symlink the
+ * path goes through, which a poll of the path sees) and on `reload()`
+ * (SIGHUP). A version that does not load changes nothing: it is named in a
+ * warning, with every problem, and counted rejected. One that does is
+ * applied; its log line names the routes added, removed and changed, and
+ * the settings that wait for a restart.
+ */
+export class ConfigReloader {
+  readonly #o: ReloaderOptions
+  #config: Config
+  #running: Promise<void> = Promise.resolve()
+  #again = false
+  #busy = false
+  #unwatch: (() => void) | undefined
+
+  constructor (o: ReloaderOptions) {
+    this.#o = o
+    this.#config = o.config
+  }
+
+  /** Watches CONFIG_FILE, when there is one. */
+  watch (): void {
+    const path = this.#config.file?.path
+    if (path !== undefined) this.#unwatch ??= watchFiles([path], this.#changed)
+  }
+
+  close (): void {
+    this.#unwatch?.()
+    this.#unwatch = undefined
+  }
+
+  /** Reads the configuration again and applies it; resolves once done (a reload asked meanwhile runs after). */
+  async reload (why: string): Promise<void> {
+    if (this.#busy) {
+      this.#again = true
+      return await this.#running
+    }
+    this.#busy = true
+    this.#running = this.#reload(why).finally(() => {
+      this.#busy = false
+      if (this.#again) {
+        this.#again = false
+        void this.reload(why)
+      }
+    })
+    return await this.#running
+  }
+
+  readonly #changed = (): void => { void this.reload('file changed') }
+
+  async #reload (why: string): Promise<void> {
+    const { log } = this.#o
+    const file = this.#config.file?.path
+    let next: Config
+    try {
+      next = await this.#o.read()
+    } catch (err) {
+      // a problem names a variable or the file, never a value
+      const problems = err instanceof ConfigError ? err.problems : ['the configuration could not be read']
+      this.#o.count('rejected')
+      log.warn({ event: 'config_reload', outcome: 'rejected', why, ...(file !== undefined && { file }), problems }, 'configuration not reloaded: the new version is invalid; the running one is kept')
+      return
+    }
+    if (sameVariables(next, this.#config)) {
+      log.info({ event: 'config_reload', outcome: 'unchanged', why, ...(file !== undefined && { file }) }, 'configuration read again: unchanged')
+      return
+    }
+    let applied: Applied
+    try {
+      applied = await this.#o.apply(next)
+    } catch (err) {
+      this.#o.count('rejected')
+      log.warn({ event: 'config_reload', outcome: 'rejected', why, ...(file !== undefined && { file }), problems: [(err as Error).message] }, 'configuration not reloaded: the new version could not be applied; the running one is kept')
+      return
+    }
+    this.#config = next
+    this.#o.count('applied')
+    for (const warning of next.warnings) if (!this.#o.config.warnings.includes(warning)) log.warn({ event: 'config' }, warning)
+    log.info({ event: 'config_reload', outcome: 'applied', why, ...(file !== undefined && { file }), ...applied }, applied.restart.length === 0
+      ? 'configuration reloaded'
+      : `configuration reloaded; ${applied.restart.join(', ')} take effect at the next restart`)
+  }
+}
+
+function sameVariables (a: Config, b: Config): boolean {
+  const names = new Set([...Object.keys(a.variables), ...Object.keys(b.variables)])
+  for (const name of names) if (a.variables[name] !== b.variables[name]) return false
+  return true
+}
