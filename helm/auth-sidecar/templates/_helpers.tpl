@@ -93,6 +93,8 @@ sidecar to their own pods. Call it with a dict:
   tls             a client certificate (this chart's `tls`): its files, and which way it goes
   forwardProxy    the forward proxy (this chart's `forwardProxy`): FORWARD_PROXY_* and the CA's mount
   tracing         OpenTelemetry tracing (this chart's `tracing`): the SDK's OTEL_* variables
+  configMap       the ConfigMap holding config.yaml (CONFIG_FILE), mounted whole; "" for none
+  config          the settings in it (this chart's `config`), which sidecar.env then leaves out
 Add the volume from "auth-sidecar.volume" to the pod, and give the application
 "auth-sidecar.forwardProxyAppEnv" and "auth-sidecar.forwardProxyAppVolumeMounts".
 */}}
@@ -112,8 +114,10 @@ Add the volume from "auth-sidecar.volume" to the pod, and give the application
       containerPort: {{ $adminPort }}
   {{- $projected := and .projectedToken .projectedToken.enabled }}
   env:
+    {{- $file := default (dict) .config }}
     {{- range $name, $value := $s.env }}
-    {{- if and (ne (toString $value) "") (not (and $projected (eq $name "AUTH_CLIENT_AUTH"))) }}
+    {{- /* a setting the config file holds is the file's: the environment would win over it */}}
+    {{- if and (ne (toString $value) "") (not (and $projected (eq $name "AUTH_CLIENT_AUTH"))) (not (hasKey $file $name)) }}
     - name: {{ $name }}
       value: {{ toString $value | quote }}
     {{- end }}
@@ -146,10 +150,20 @@ Add the volume from "auth-sidecar.volume" to the pod, and give the application
     {{- with include "auth-sidecar.tracingEnv" .tracing | trim }}
     {{- . | nindent 4 }}
     {{- end }}
+    {{- if .configMap }}
+    - name: CONFIG_FILE
+      value: /etc/auth-sidecar/config/config.yaml
+    {{- end }}
     {{- with $s.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
   volumeMounts:
+    {{- if .configMap }}
+    # The whole ConfigMap (no subPath): an update reaches the file, which the sidecar re-reads and applies.
+    - name: auth-sidecar-config
+      mountPath: /etc/auth-sidecar/config
+      readOnly: true
+    {{- end }}
     {{- if .secretName }}
     # A whole-Secret mount (no subPath), so that a rotated Secret reaches the files.
     - name: auth-sidecar-credentials
@@ -215,11 +229,16 @@ Add the volume from "auth-sidecar.volume" to the pod, and give the application
 {{/*
 The volumes that "auth-sidecar.container" mounts. Call with a dict:
 secretName (the Secret with the credentials, "" for none),
-projectedToken, routes, tls and forwardProxy (as for the container). With
+projectedToken, routes, tls, forwardProxy and configMap (as for the container). With
 forwardProxy, also the application's volume of the CA's certificate alone,
 which "auth-sidecar.forwardProxyAppVolumeMounts" mounts.
 */}}
 {{- define "auth-sidecar.volume" -}}
+{{- if .configMap }}
+- name: auth-sidecar-config
+  configMap:
+    name: {{ .configMap }}
+{{- end }}
 {{- if and .forwardProxy .forwardProxy.enabled }}
 {{- with .forwardProxy }}
 {{- if .ca.secretName }}
@@ -298,7 +317,12 @@ which "auth-sidecar.forwardProxyAppVolumeMounts" mounts.
   "password" (ternary .Values.credentials.keys.password "" $user)
   "clientSecret" (ternary .Values.credentials.keys.clientSecret "" (eq (include "auth-sidecar.hasClientSecret" .) "true"))
   "clientKey" (ternary .Values.credentials.keys.clientKey "" (eq (include "auth-sidecar.hasClientKey" .) "true")) }}
-{{- include "auth-sidecar.container" (dict "sidecar" .Values.sidecar "secretName" (include "auth-sidecar.mountedSecret" .) "keys" $keys "projectedToken" .Values.credentials.projectedToken "native" .Values.sidecar.native "followToken" .Values.sidecar.readiness.followToken "appVersion" .Chart.AppVersion "routes" .Values.routes "tls" .Values.tls "forwardProxy" .Values.forwardProxy "tracing" .Values.tracing) }}
+{{- include "auth-sidecar.container" (dict "sidecar" .Values.sidecar "secretName" (include "auth-sidecar.mountedSecret" .) "keys" $keys "projectedToken" .Values.credentials.projectedToken "native" .Values.sidecar.native "followToken" .Values.sidecar.readiness.followToken "appVersion" .Chart.AppVersion "routes" .Values.routes "tls" .Values.tls "forwardProxy" .Values.forwardProxy "tracing" .Values.tracing "configMap" (include "auth-sidecar.configMap" .) "config" .Values.config) }}
+{{- end }}
+
+{{/* The ConfigMap of the `config` value, or "" when it is empty. */}}
+{{- define "auth-sidecar.configMap" -}}
+{{- if .Values.config }}{{ include "auth-sidecar.fullname" . }}-config{{ end }}
 {{- end }}
 
 {{/*
