@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs'
+import { readFileSync, statSync } from 'node:fs'
 import { EGRESS, nearestName } from './names.js'
 import { ROUTE_SETTINGS } from './routes.js'
 import { properties } from './schema.js'
@@ -8,6 +8,10 @@ export type ParseYaml = (text: string, options: { uniqueKeys: boolean, prettyErr
 
 /** A route's name in the file: what a variable's `<NAME>` may hold, in either case. */
 const ROUTE_NAME = /^[A-Za-z0-9_]+$/
+/** A key that can be shown: a name, not a value typed in the wrong place. */
+const SHOWN_KEY = /^[A-Za-z0-9_]{1,64}$/
+/** The largest file read: a configuration, not a data set. */
+const MAX_FILE_BYTES = 1024 * 1024
 
 /**
  * The settings of CONFIG_FILE as the variables they stand for: the same
@@ -20,6 +24,10 @@ export function readConfigFile (path: string, parse: ParseYaml, problems: string
   const said = (text: string): void => { problems.push(`CONFIG_FILE ${path}: ${text}`) }
   let text: string
   try {
+    if (statSync(path).size > MAX_FILE_BYTES) {
+      said('is larger than 1 MiB')
+      return {}
+    }
     text = readFileSync(path, 'utf8')
   } catch (err) {
     said(`cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
@@ -47,7 +55,8 @@ export function readConfigFile (path: string, parse: ParseYaml, problems: string
     }
     if (key === 'CONFIG_FILE' || (!(key in properties) && !EGRESS.includes(key))) {
       const nearest = key === 'CONFIG_FILE' ? undefined : nearestName(key)
-      said(key === 'CONFIG_FILE'
+      if (!SHOWN_KEY.test(key)) said('a key is not a setting\'s name (letters, digits and _)')
+      else said(key === 'CONFIG_FILE'
         ? 'CONFIG_FILE is set in the environment only'
         : key.startsWith('ROUTE_')
           ? `${key}: routes go under routes: (routes: {name: {BASE_URL: ..., PATH: ...}})`
@@ -65,8 +74,8 @@ function readRoutes (routes: unknown, values: Record<string, string>, said: (tex
   if (routes === null) return
   if (!isMap(routes)) return said('routes must be a map of route names to their settings')
   for (const [name, settings] of Object.entries(routes)) {
-    if (!ROUTE_NAME.test(name)) {
-      said(`routes: a route's name is letters, digits and _ (${JSON.stringify(name.slice(0, 40))} is not)`)
+    if (!ROUTE_NAME.test(name) || !SHOWN_KEY.test(name)) {
+      said('routes: a route\'s name is letters, digits and _, at most 64')
       continue
     }
     if (!isMap(settings)) {
@@ -76,6 +85,10 @@ function readRoutes (routes: unknown, values: Record<string, string>, said: (tex
     for (const [setting, value] of Object.entries(settings)) {
       if (!ROUTE_SETTINGS.includes(setting)) {
         const nearest = nearestName(setting, ROUTE_SETTINGS)
+        if (!SHOWN_KEY.test(setting)) {
+          said(`routes.${name}: a key is not a setting's name (letters, digits and _)`)
+          continue
+        }
         said(`routes.${name}.${setting} is not a route setting${nearest === undefined ? ' (BASE_URL, PATH, PORT, AUTH_..., UPSTREAM_TLS_...)' : `; did you mean ${nearest}?`}`)
         continue
       }
