@@ -2,10 +2,8 @@ import { mkdirSync, mkdtempSync, renameSync, symlinkSync, writeFileSync } from '
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
-import { TokenServer } from '../../dev/token-server.js'
 import { metric, send, until } from '../helpers/build.js'
-import { E2E_PASSWORD, spawnSidecar, untilReady } from '../helpers/process.js'
-import { FakeUpstream } from '../helpers/upstream.js'
+import { E2E_PASSWORD, fakeServers, spawnSidecar, untilReady } from '../helpers/process.js'
 
 /**
  * A directory laid out as the kubelet lays out a ConfigMap's volume: the
@@ -30,14 +28,7 @@ class ConfigMapVolume {
 }
 
 t.test('CONFIG_FILE is applied live: routes added, changed and removed, no request failing, a token kept for an unchanged credential', async (t) => {
-  const tokens = new TokenServer({ users: { 'service-user': E2E_PASSWORD }, clients: { 'legacy-app': undefined, 'billing-app': undefined } })
-  await tokens.listen()
-  const upstream = new FakeUpstream(tokens)
-  await upstream.listen()
-  t.teardown(async () => {
-    await upstream.close()
-    await tokens.close()
-  })
+  const { tokenServer: tokens, upstream } = await fakeServers(t, { clients: { 'legacy-app': undefined, 'billing-app': undefined } })
   const volume = new ConfigMapVolume(mkdtempSync(join(tmpdir(), 'config-reload-')))
   const v1 = `
 BASE_URL: http://127.0.0.1:9/file-base

@@ -178,6 +178,14 @@ export async function untilToken (run: Running, ms = 15_000): Promise<void> {
  * TokenServer in this process; ready (a token held) when this resolves.
  */
 export async function startSidecar (t: Test, env: Record<string, string> = {}, tokenOptions: TokenServerOptions = {}, waitReady = true, launch: Launch = {}): Promise<RunningSidecar> {
+  const { tokenServer, upstream } = await fakeServers(t, tokenOptions)
+  const sidecar = await spawnSidecar(t, `${upstream.url}/api`, tokenServer.url, E2E_PASSWORD, env, launch)
+  if (waitReady) await untilReady(sidecar)
+  return { ...sidecar, tokenServer, upstream }
+}
+
+/** A TokenServer knowing the service user (E2E_PASSWORD), and a FakeUpstream checking its tokens; closed in teardown. */
+export async function fakeServers (t: Test, tokenOptions: TokenServerOptions = {}): Promise<{ tokenServer: TokenServer, upstream: FakeUpstream }> {
   const tokenServer = new TokenServer({ users: { 'service-user': E2E_PASSWORD }, ...tokenOptions })
   await tokenServer.listen()
   const upstream = new FakeUpstream(tokenServer)
@@ -186,9 +194,7 @@ export async function startSidecar (t: Test, env: Record<string, string> = {}, t
     await upstream.close()
     await tokenServer.close()
   })
-  const sidecar = await spawnSidecar(t, `${upstream.url}/api`, tokenServer.url, E2E_PASSWORD, env, launch)
-  if (waitReady) await untilReady(sidecar)
-  return { ...sidecar, tokenServer, upstream }
+  return { tokenServer, upstream }
 }
 
 /** Waits for a spawned sidecar to hold a token and answer /readyz 200. */
