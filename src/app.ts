@@ -186,9 +186,12 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     credentials.start()
   })
 
+  let applying: Promise<unknown> = Promise.resolve()
   /** What closing does, in order. */
   async function shutdown (graceMs: number): Promise<void> {
     closing = true
+    // a new version being applied is finished first, so that what it made is closed too
+    await applying
     if (forward !== undefined) {
       forward.proxy.cutTunnels()
       await drain(forward.proxy.listener, graceMs, logger)
@@ -204,19 +207,23 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   }
 
   /** A new version of the configuration, applied (one at a time). */
-  let applying: Promise<unknown> = Promise.resolve()
   async function apply (next: Config): Promise<Applied> {
     // the credentials a version that failed to apply made are stopped with the unused ones
-    const { applied, made } = await routeSet.apply(next).catch((err: unknown) => { credentials.retain(routeSet.credentials); throw err })
-    for (const credential of credentials.retain(routeSet.credentials)) {
-      watched.get(credential)?.()
-      watched.delete(credential)
-    }
+    const { applied, made } = await routeSet.apply(next, release).catch((err: unknown) => { release(); throw err })
+    release()
     watchCredentials()
     for (const route of made) if (route.certificate !== undefined) metrics.watchCertificate('upstream', route.name, route.certificate.files)
     await tls.watch()
     accessLog = next.accessLog
     return applied
+  }
+  /** Stops the credentials no route holds any more (a route left out holds its own until its requests are done). */
+  function release (): void {
+    if (closing) return
+    for (const credential of credentials.retain(routeSet.credentials)) {
+      watched.get(credential)?.()
+      watched.delete(credential)
+    }
   }
 
   let closed: Promise<void> | undefined

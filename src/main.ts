@@ -40,6 +40,10 @@ try {
   process.exit(1)
 }
 
+// SIGHUP reloads the configuration; until the sidecar is built there is nothing to reload, and it must not end the process
+let reloading: ConfigReloader | undefined
+process.on('SIGHUP', () => { void reloading?.reload('SIGHUP') })
+
 const logger = createLogger(config.logLevel)
 for (const warning of config.warnings) logger.warn({ event: 'config' }, warning)
 // off unless OTEL_TRACES_EXPORTER names an exporter: the SDK is then loaded, and only then
@@ -66,7 +70,7 @@ const reloader = new ConfigReloader({
   count: (outcome) => app.metrics.countReload(outcome),
   log: logger
 })
-process.on('SIGHUP', () => { void reloader.reload('SIGHUP') })
+reloading = reloader
 
 // app.close() cuts what is in progress at the end of the grace period and
 // ends the session within TOKEN_TIMEOUT_MS; tracing's last export gets a

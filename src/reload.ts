@@ -26,7 +26,7 @@ export class ConfigReloader {
   readonly #o: ReloaderOptions
   #config: Config
   #running: Promise<void> = Promise.resolve()
-  #again = false
+  #again: string | undefined
   #busy = false
   #unwatch: (() => void) | undefined
 
@@ -49,16 +49,16 @@ export class ConfigReloader {
   /** Reads the configuration again and applies it; resolves once done (a reload asked meanwhile runs after). */
   async reload (why: string): Promise<void> {
     if (this.#busy) {
-      this.#again = true
+      // the one after the run in progress reads what has changed since; one is enough for any number asked
+      this.#again ??= why
       return await this.#running
     }
     this.#busy = true
     this.#running = this.#reload(why).finally(() => {
       this.#busy = false
-      if (this.#again) {
-        this.#again = false
-        void this.reload(why)
-      }
+      const again = this.#again
+      this.#again = undefined
+      if (again !== undefined) void this.reload(again)
     })
     return await this.#running
   }
@@ -78,8 +78,10 @@ export class ConfigReloader {
       log.warn({ event: 'config_reload', outcome: 'rejected', why, ...(file !== undefined && { file }), problems }, 'configuration not reloaded: the new version is invalid; the running one is kept')
       return
     }
+    // the file's settings the environment overrides: an edit of one of them changes nothing
+    const overridden = next.file !== undefined && next.file.overridden.length > 0 ? { overriddenByEnvironment: next.file.overridden } : {}
     if (sameVariables(next, this.#config)) {
-      log.info({ event: 'config_reload', outcome: 'unchanged', why, ...(file !== undefined && { file }) }, 'configuration read again: unchanged')
+      log.info({ event: 'config_reload', outcome: 'unchanged', why, ...(file !== undefined && { file }), ...overridden }, 'configuration read again: unchanged')
       return
     }
     let applied: Applied
@@ -90,10 +92,11 @@ export class ConfigReloader {
       log.warn({ event: 'config_reload', outcome: 'rejected', why, ...(file !== undefined && { file }), problems: [(err as Error).message] }, 'configuration not reloaded: the new version could not be applied; the running one is kept')
       return
     }
+    const previous = this.#config
     this.#config = next
     this.#o.count('applied')
-    for (const warning of next.warnings) if (!this.#o.config.warnings.includes(warning)) log.warn({ event: 'config' }, warning)
-    log.info({ event: 'config_reload', outcome: 'applied', why, ...(file !== undefined && { file }), ...applied }, applied.restart.length === 0
+    for (const warning of next.warnings) if (!previous.warnings.includes(warning)) log.warn({ event: 'config' }, warning)
+    log.info({ event: 'config_reload', outcome: 'applied', why, ...(file !== undefined && { file }), ...applied, ...overridden }, applied.restart.length === 0
       ? 'configuration reloaded'
       : `configuration reloaded; ${applied.restart.join(', ')} take effect at the next restart`)
   }

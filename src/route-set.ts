@@ -45,12 +45,17 @@ export interface RouteSetOptions {
 export class RouteSet {
   #routes: Route[]
   #config: Config
+  /** the configuration the listeners were opened with: what a restart would change is measured from it */
+  readonly #started: Config
+  /** routes left out that still have requests in progress; their credentials are still held */
+  readonly #retiring = new Set<Route>()
   readonly #o: RouteSetOptions
   #forward: ForwardProxy | undefined
 
   private constructor (routes: Route[], o: RouteSetOptions) {
     this.#routes = routes
     this.#config = o.deps.config
+    this.#started = o.deps.config
     this.#o = o
   }
 
@@ -73,9 +78,9 @@ export class RouteSet {
     return this.#routes
   }
 
-  /** The credentials the routes hold. */
+  /** The credentials the routes hold, those left out while their requests finish included. */
   get credentials (): ReadonlySet<HeldCredential> {
-    return new Set(this.#routes.map((route) => route.credential))
+    return new Set([...this.#routes, ...this.#retiring].map((route) => route.credential))
   }
 
   /** The forward proxy, which serves every route too. */
@@ -88,10 +93,11 @@ export class RouteSet {
    * Applies `next`: the routes it adds, removes or changes, and what every
    * route shares; a route with a port of its own that is new, gone or moved
    * waits for a restart, named in `restart` with the other settings read
-   * once. Resolves with the routes made, before the old ones have closed.
+   * once. Resolves with the routes made, before the old ones have closed;
+   * `retired` is told of each old one once its requests are done.
    */
-  async apply (next: Config): Promise<{ applied: Applied, made: Route[], retired: Route[] }> {
-    const restart = AT_START.filter((name) => this.#config.variables[name] !== next.variables[name])
+  async apply (next: Config, retired: (route: Route) => void): Promise<{ applied: Applied, made: Route[] }> {
+    const restart = AT_START.filter((name) => this.#started.variables[name] !== next.variables[name])
     const current = new Map(this.#routes.map((route) => [route.name, route]))
     const deps = { ...this.#o.deps, config: next }
     const wanted: RouteConfig[] = []
@@ -102,7 +108,7 @@ export class RouteSet {
       const here = own.has(c.name) ? old?.config.port : undefined
       if (c.port !== here) {
         restart.push(c.variables.port ?? c.variables.path ?? c.variables.baseUrl)
-        if (old !== undefined && here !== undefined) wanted.push(old.config)
+        if (old !== undefined) wanted.push(old.config)
         continue
       }
       wanted.push(c)
@@ -133,15 +139,21 @@ export class RouteSet {
       await Promise.all(made.map(async (route) => await route.close()))
       throw err
     }
-    const retired = this.#routes.filter((route) => !routes.includes(route))
-    applied.removed = retired.filter((route) => !routes.some((r) => r.name === route.name)).map((route) => route.name)
+    const left = this.#routes.filter((route) => !routes.includes(route))
+    applied.removed = left.filter((route) => !routes.some((r) => r.name === route.name)).map((route) => route.name)
     this.#routes = routes
     this.#config = next
     this.#o.deps = deps
     this.#place()
     this.#forward?.serve(deps, routes)
-    for (const route of retired) void route.retire()
-    return { applied, made, retired }
+    for (const route of left) {
+      this.#retiring.add(route)
+      void route.retire().finally(() => {
+        this.#retiring.delete(route)
+        retired(route)
+      })
+    }
+    return { applied, made }
   }
 
   /** Closes every route's connections at once (the listeners have drained). */

@@ -1,17 +1,17 @@
-import { readFileSync, statSync } from 'node:fs'
 import { EGRESS, nearestName } from './names.js'
 import { ROUTE_SETTINGS } from './routes.js'
 import { properties } from './schema.js'
+import { readSecretFileSync } from './secret-file.js'
 
 /** YAML's parse (the `yaml` package), passed in: it is loaded only when CONFIG_FILE is set. */
 export type ParseYaml = (text: string, options: { uniqueKeys: boolean, prettyErrors: boolean }) => unknown
 
 /** A route's name in the file: what a variable's `<NAME>` may hold, in either case. */
 const ROUTE_NAME = /^[A-Za-z0-9_]+$/
-/** A key that can be shown: a name, not a value typed in the wrong place. */
-const SHOWN_KEY = /^[A-Za-z0-9_]{1,64}$/
 /** The largest file read: a configuration, not a data set. */
-const MAX_FILE_BYTES = 1024 * 1024
+const MAX_FILE_BYTES = 256 * 1024
+/** The deepest nesting of [ and { taken: a configuration needs three; a parser given thousands takes seconds and hundreds of MB. */
+const MAX_DEPTH = 64
 
 /**
  * The settings of CONFIG_FILE as the variables they stand for: the same
@@ -24,13 +24,18 @@ export function readConfigFile (path: string, parse: ParseYaml, problems: string
   const said = (text: string): void => { problems.push(`CONFIG_FILE ${path}: ${text}`) }
   let text: string
   try {
-    if (statSync(path).size > MAX_FILE_BYTES) {
-      said('is larger than 1 MiB')
-      return {}
-    }
-    text = readFileSync(path, 'utf8')
+    // a regular file only, opened without blocking (a FIFO there would hold the process), of bounded size
+    text = readSecretFileSync(path, MAX_FILE_BYTES)
   } catch (err) {
-    said(`cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
+    said((err as Error).message)
+    return {}
+  }
+  if (text.includes('\uFFFD')) {
+    said('is not UTF-8 text')
+    return {}
+  }
+  if (flowDepth(text) > MAX_DEPTH) {
+    said(`nests lists or maps deeper than ${MAX_DEPTH}`)
     return {}
   }
   let document: unknown
@@ -50,32 +55,30 @@ export function readConfigFile (path: string, parse: ParseYaml, problems: string
   const values: Record<string, string> = {}
   for (const [key, value] of Object.entries(document)) {
     if (key === 'routes') {
-      readRoutes(value, values, said)
+      readRoutes(value, values, said, text)
       continue
     }
     if (key === 'CONFIG_FILE' || (!(key in properties) && !EGRESS.includes(key))) {
-      const nearest = key === 'CONFIG_FILE' ? undefined : nearestName(key)
-      if (!SHOWN_KEY.test(key)) said('a key is not a setting\'s name (letters, digits and _)')
-      else said(key === 'CONFIG_FILE'
+      said(key === 'CONFIG_FILE'
         ? 'CONFIG_FILE is set in the environment only'
-        : key.startsWith('ROUTE_')
+        : /^ROUTE_[A-Z0-9_]+$/.test(key)
           ? `${key}: routes go under routes: (routes: {name: {BASE_URL: ..., PATH: ...}})`
-          : `${key} is not a setting of auth-sidecar${nearest === undefined ? '' : `; did you mean ${nearest}?`}`)
+          : unknownKey({ key, named: key, what: 'a setting of auth-sidecar' }, nearestName(key), text))
       continue
     }
-    const text = valueText(value)
-    if (text === false) said(`${key} must be a value or a list of values`)
-    else if (text !== undefined) values[key] = text
+    const shown = valueText(value)
+    if (shown === false) said(`${key} must be a value or a list of values`)
+    else if (shown !== undefined) values[key] = shown
   }
   return values
 }
 
-function readRoutes (routes: unknown, values: Record<string, string>, said: (text: string) => void): void {
+function readRoutes (routes: unknown, values: Record<string, string>, said: (text: string) => void, text: string): void {
   if (routes === null) return
   if (!isMap(routes)) return said('routes must be a map of route names to their settings')
   for (const [name, settings] of Object.entries(routes)) {
-    if (!ROUTE_NAME.test(name) || !SHOWN_KEY.test(name)) {
-      said('routes: a route\'s name is letters, digits and _, at most 64')
+    if (!ROUTE_NAME.test(name) || name.length > 64) {
+      said(`routes: a route's name is letters, digits and _, at most 64 (line ${lineOf(text, name)})`)
       continue
     }
     if (!isMap(settings)) {
@@ -84,19 +87,47 @@ function readRoutes (routes: unknown, values: Record<string, string>, said: (tex
     }
     for (const [setting, value] of Object.entries(settings)) {
       if (!ROUTE_SETTINGS.includes(setting)) {
-        const nearest = nearestName(setting, ROUTE_SETTINGS)
-        if (!SHOWN_KEY.test(setting)) {
-          said(`routes.${name}: a key is not a setting's name (letters, digits and _)`)
-          continue
-        }
-        said(`routes.${name}.${setting} is not a route setting${nearest === undefined ? ' (BASE_URL, PATH, PORT, AUTH_..., UPSTREAM_TLS_...)' : `; did you mean ${nearest}?`}`)
+        said(unknownKey({ key: setting, named: `routes.${name}.${setting}`, where: `routes.${name}: `, what: 'a route setting' }, nearestName(setting, ROUTE_SETTINGS), text))
         continue
       }
-      const text = valueText(value)
-      if (text === false) said(`routes.${name}.${setting} must be a value or a list of values`)
-      else if (text !== undefined) values[`ROUTE_${name.toUpperCase()}_${setting}`] = text
+      const shown = valueText(value)
+      if (shown === false) said(`routes.${name}.${setting} must be a value or a list of values`)
+      else if (shown !== undefined) values[`ROUTE_${name.toUpperCase()}_${setting}`] = shown
     }
   }
+}
+
+/**
+ * An unknown key, named only when it is close to a setting's name (a typo):
+ * any other may be a value typed where a key goes (a secret, indented one
+ * line too far), so only its line is given.
+ */
+function unknownKey (k: { key: string, named: string, where?: string, what: string }, nearest: string | undefined, text: string): string {
+  return nearest === undefined
+    ? `${k.where ?? ''}line ${lineOf(text, k.key)}: a key that is not ${k.what}`
+    : `${k.named} is not ${k.what}; did you mean ${nearest}?`
+}
+
+/** The line where `key` first appears, for a message that must not repeat it. */
+function lineOf (text: string, key: string): number {
+  const at = text.indexOf(key)
+  return at === -1 ? 0 : text.slice(0, at).split('\n').length
+}
+
+/** The deepest nesting of flow collections ([ and {), quoted text aside. */
+function flowDepth (text: string): number {
+  let depth = 0
+  let deepest = 0
+  let quote: string | undefined
+  for (const c of text) {
+    if (quote !== undefined) {
+      if (c === quote) quote = undefined
+    } else if (c === '"' || c === "'") quote = c
+    else if (c === '[' || c === '{') deepest = Math.max(deepest, ++depth)
+    else if (c === ']' || c === '}') depth = Math.max(0, depth - 1)
+    else if (c === '\n') quote = undefined
+  }
+  return deepest
 }
 
 /** A setting's value as a variable holds it; undefined for null (unset), false for what no variable can hold. */

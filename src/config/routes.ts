@@ -165,6 +165,11 @@ function credentialOf (name: string, upper: string, set: Record<string, string>,
     problems.push(`route ${name}: ${server} names another auth server than the default route's, which would be sent the default route's ${inherited.join(', ')}; set the route's own (${inherited.map((v) => `ROUTE_${upper}_${v}`).join(', ')}, or their _FILE)`)
     return undefined
   }
+  // Basic credentials go to the upstream itself: another origin gets the default route's only when it shares its origin
+  if (String(effective.AUTH_MODE ?? 'oauth2') === 'basic' && !['AUTH_PASSWORD', 'AUTH_PASSWORD_FILE'].some((v) => v in own) && originOf(set.BASE_URL) !== o.defaultRoute.origin) {
+    problems.push(`route ${name}: basic mode would send the default route's user name and password to ROUTE_${upper}_BASE_URL, another origin than BASE_URL's; set the route's own (ROUTE_${upper}_AUTH_USERNAME and ROUTE_${upper}_AUTH_PASSWORD, or their _FILE)`)
+    return undefined
+  }
   const key = keyOf(effective)
   let base = credentials.get(key)
   if (base === undefined) {
@@ -245,6 +250,14 @@ function secretsSentElsewhere (own: Record<string, string>, defaults: Record<str
   return SENT_SECRETS
     .filter(({ variables, sent }) => sent(grant, clientAuth) && !variables.some((v) => v in own) && variables.some(set))
     .map(({ variables }) => variables.find(set)!)
+}
+
+function originOf (url: string | undefined): string | undefined {
+  try {
+    return url === undefined ? undefined : new URL(url).origin
+  } catch {
+    return undefined
+  }
 }
 
 /** A credential's identity: its AUTH_* settings as set, in order. */

@@ -62,7 +62,16 @@ export class TokenExchange implements TokenSource {
   constructor (options: TokenExchangeOptions) {
     this.#o = options
     this.server = options.server
-    options.subject.events.on('token', () => { this.#renewal = this.#renewal === 'asked' ? 'spent' : 'open' })
+    options.subject.events.on('token', this.#subjectRenewed)
+  }
+
+  readonly #subjectRenewed = (): void => { this.#renewal = this.#renewal === 'asked' ? 'spent' : 'open' }
+  #cue: (() => void) | undefined
+
+  stop (): void {
+    // a credential a new configuration left out: its subject may live on, and must not keep it
+    this.#o.subject.events.off('token', this.#subjectRenewed)
+    if (this.#cue !== undefined) this.#o.subject.events.off('token', this.#cue)
   }
 
   async obtain (o: { count: GrantCounter }): Promise<Obtained> {
@@ -96,7 +105,8 @@ export class TokenExchange implements TokenSource {
 
   onRetryCue (cue: () => void): void {
     // a refusal of the exchange itself (not enabled for the client, an unknown audience) stands whatever the subject holds: it waits its pace
-    this.#o.subject.events.on('token', () => { if (this.#cueOnSubject) cue() })
+    this.#cue = () => { if (this.#cueOnSubject) cue() }
+    this.#o.subject.events.on('token', this.#cue)
   }
 
   certificateChanged (renew: (dropRefresh: boolean) => void): void {

@@ -116,6 +116,7 @@ export class TokenLifecycle implements Credential {
     this.#stopped = true
     this.#clock.clearTimeout(this.#timer)
     this.source.server.stop()
+    this.source.stop?.()
     this.#waiters.failBefore()
   }
 

@@ -29,6 +29,8 @@ interface Held {
   tls?: TlsFiles | undefined
   /** the connections to the auth server it made */
   connections: TlsDispatcher[]
+  /** the settings every credential shares, as it was made with */
+  global: Config
   /** TOKEN_TIMEOUT_MS as it was made with, for ending its session */
   timeoutMs: number
   /** an exchange's subject, by its key */
@@ -43,6 +45,13 @@ interface Held {
 export function credentialKey (config: CredentialConfig, global: Pick<Config, 'token' | 'egress'>): string {
   const { name: _name, ...settings } = config
   return JSON.stringify([settings, global.token, global.egress])
+}
+
+/** Whom a credential's grants speak for: the auth server, the client and the user, however else its settings differ. */
+function accountOf (config: CredentialConfig): string {
+  const { auth, sources } = config
+  if (auth.mode !== 'oauth2') return JSON.stringify(['basic', sources.username])
+  return JSON.stringify([auth.tokenUrl ?? auth.discoveryUrl ?? auth.issuerUrl, auth.clientId, sources.username, config.exchange?.audience])
 }
 
 /** A credential as the sidecar holds it: a token kept fresh (oauth2), or fixed Basic credentials. */
@@ -73,6 +82,14 @@ export class CredentialRegistry {
   /** by credentialKey: one object per distinct configuration, kept across new versions of it */
   readonly #held = new Map<string, Held>()
   #started = false
+  #closed = false
+  /**
+   * When an account whose grant was rejected may be tried again, by
+   * accountOf: a credential made anew for it (a new configuration) waits as
+   * the one it replaces would have, so that reloads cannot hammer the auth
+   * server with a refused password (and trip its lockout).
+   */
+  readonly #rejectedUntil = new Map<string, number>()
 
   constructor (deps: CredentialDeps) {
     this.#deps = deps
@@ -92,10 +109,24 @@ export class CredentialRegistry {
     const key = credentialKey(config, global)
     const held = this.#held.get(key)
     if (held !== undefined) return held.credential
+    if (this.#closed) throw new Error('the credentials are closed: the sidecar is shutting down')
     const made = await this.#make(config, global)
     this.#held.set(key, made)
-    if (this.#started) made.credential.start()
+    const account = accountOf(config)
+    made.credential.events.on('grant', (_grant, outcome) => {
+      if (outcome === 'rejected') this.#rejectedUntil.set(account, this.#deps.clock.now() + global.token.rejectedRetryMs)
+      else if (outcome === 'success') this.#rejectedUntil.delete(account)
+    })
+    if (this.#started) this.#startPaced(made, account)
     return made.credential
+  }
+
+  /** Starts a credential, once its account's last rejection allows. */
+  #startPaced (held: Held, account: string): void {
+    const wait = (this.#rejectedUntil.get(account) ?? 0) - this.#deps.clock.now()
+    if (wait <= 0) return held.credential.start()
+    this.#deps.log.info({ event: 'token', route: held.config.name, retryInMs: Math.round(wait) }, 'the credentials were rejected before this configuration: the first grant waits its turn')
+    this.#deps.clock.setTimeout(() => { if (this.#held.get(credentialKey(held.config, held.global)) === held) held.credential.start() }, wait)
   }
 
   /** The client certificates the credentials present to the auth server, each under the route whose settings define it. */
@@ -122,7 +153,7 @@ export class CredentialRegistry {
     }
     const gone = [...this.#held].filter(([key]) => !kept.has(key))
     for (const [key] of gone) this.#held.delete(key)
-    void Promise.all(gone.map(async ([, held]) => await this.#end(held)))
+    for (const [, held] of gone) this.#end(held).catch((err: unknown) => { this.#deps.log.warn({ err: { type: (err as Error).name } }, 'a credential no route uses could not be closed') })
     return gone.map(([, held]) => held.credential)
   }
 
@@ -133,6 +164,7 @@ export class CredentialRegistry {
    * the connections to the auth server.
    */
   async close (): Promise<void> {
+    this.#closed = true
     const all = [...this.#held.values()]
     for (const held of all) held.credential.stop()
     await Promise.all(all.map(async (held) => await this.#end(held)))
@@ -162,7 +194,7 @@ export class CredentialRegistry {
     const { clock, secrets } = this.#deps
     const log = this.#deps.log.child({ component: 'token', ...(config.name !== 'default' && { route: config.name }) })
     const exchange = config.exchange
-    const held = { config, timeoutMs: global.token.timeoutMs, connections: [] as TlsDispatcher[] }
+    const held = { config, global, timeoutMs: global.token.timeoutMs, connections: [] as TlsDispatcher[] }
     if (exchange !== undefined) {
       await this.of(exchange.subject, global)
       const subjectKey = credentialKey(exchange.subject, global)

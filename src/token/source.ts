@@ -48,6 +48,8 @@ export interface TokenSource {
    * bound to the old certificate).
    */
   certificateChanged(renew: (dropRefresh: boolean) => void): void
+  /** Lets go of what it listens to, the credential being stopped; none by default. */
+  stop?(): void
   /** Ends the session the source's grants opened within `timeoutMs`; undefined when they open none of their own. */
   endSession(held: HeldSession, timeoutMs: number): Promise<LogoutResult | undefined>
 }

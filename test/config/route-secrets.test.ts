@@ -38,3 +38,11 @@ t.test('controls: a route with its own server and its own secrets, or the defaul
   t.same(problems({ ROUTE_OTHER_AUTH_CLIENT_ID: 'other-app' }), [], 'another client on the same server')
   t.same(problems({ ROUTE_OTHER_AUTH_TOKEN_URL: 'https://elsewhere.example/token', ROUTE_OTHER_AUTH_CLIENT_AUTH: 'private_key_jwt', ROUTE_OTHER_AUTH_CLIENT_KEY_FILE: '/nonexistent/key.pem', ROUTE_OTHER_AUTH_GRANT_TYPE: 'client_credentials' }).filter((p) => p.includes('another auth server')), [], 'a signed assertion sends no secret')
 })
+
+t.test('a route in basic mode on another origin is refused while it would send the default route\'s user name and password there', async (t) => {
+  const said = problems({ ROUTE_OTHER_AUTH_MODE: 'basic' })
+  t.match(said.join('\n'), 'route other: basic mode would send the default route\'s user name and password to ROUTE_OTHER_BASE_URL')
+  t.notMatch(said.join('\n'), /default-password-2/)
+  t.same(problems({ ROUTE_OTHER_AUTH_MODE: 'basic', ROUTE_OTHER_AUTH_USERNAME: 'u2', ROUTE_OTHER_AUTH_PASSWORD: 'p2' }), [], 'its own are accepted')
+  t.same(problems({ ROUTE_OTHER_AUTH_MODE: 'basic', ROUTE_OTHER_BASE_URL: 'http://api.internal/other' }), [], 'so is the default route\'s origin')
+})

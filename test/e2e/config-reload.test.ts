@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
 import { metric, send, until } from '../helpers/build.js'
-import { E2E_PASSWORD, fakeServers, spawnSidecar, untilReady } from '../helpers/process.js'
+import { E2E_PASSWORD, fakeServers, spawnSidecar, untilReady, type SpawnedSidecar } from '../helpers/process.js'
 
 /**
  * A directory laid out as the kubelet lays out a ConfigMap's volume: the
@@ -25,6 +25,18 @@ class ConfigMapVolume {
     renameSync(join(this.dir, '..data_tmp'), join(this.dir, '..data'))
     if (this.#version === 1) symlinkSync('..data/config.yaml', this.path)
   }
+}
+
+function reloadLines (s: SpawnedSidecar): string[] {
+  return s.run.stdout.filter((l) => l.includes('"event":"config_reload"'))
+}
+
+/** A new version written, and the reload line it gives. */
+async function reloadTo (s: SpawnedSidecar, volume: ConfigMapVolume, text: string): Promise<Record<string, unknown>> {
+  const before = reloadLines(s).length
+  volume.write(text)
+  await until(() => reloadLines(s).length > before, 10_000)
+  return JSON.parse(reloadLines(s).at(-1)!) as Record<string, unknown>
 }
 
 t.test('CONFIG_FILE is applied live: routes added, changed and removed, no request failing, a token kept for an unchanged credential', async (t) => {
@@ -50,14 +62,8 @@ routes:
     t.equal(res.status, 200, `${path} is answered`)
     return upstream.received.at(-1)!.url
   }
-  const reloads = (): string[] => s.run.stdout.filter((l) => l.includes('"event":"config_reload"'))
-  /** a new version written, and the reload line it gives */
-  const reload = async (text: string): Promise<Record<string, unknown>> => {
-    const before = reloads().length
-    volume.write(text)
-    await until(() => reloads().length > before, 10_000)
-    return JSON.parse(reloads().at(-1)!) as Record<string, unknown>
-  }
+  const reloads = (): string[] => reloadLines(s)
+  const reload = async (text: string): Promise<Record<string, unknown>> => await reloadTo(s, volume, text)
 
   t.equal(await pathOf('/reports/a'), '/reports-v1/a')
   t.equal(grants('legacy-app'), 1, 'one grant, the routes sharing the default credential')
@@ -122,4 +128,16 @@ routes:
   t.equal(await pathOf('/reports/g'), '/reports-v2/g', 'still serving after SIGHUP')
   t.equal(s.run.child.exitCode, null, 'SIGHUP does not stop it')
   t.equal(await metric(s.adminUrl, 'auth_sidecar_config_reloads_total{outcome="applied"}'), 2)
+})
+
+t.test('new versions do not hurry the grant of credentials the auth server rejected', async (t) => {
+  const { tokenServer: tokens, upstream } = await fakeServers(t)
+  const volume = new ConfigMapVolume(mkdtempSync(join(tmpdir(), 'config-reload-')))
+  volume.write('AUTH_SCOPE: s0\n')
+  const s = await spawnSidecar(t, `${upstream.url}/api`, tokens.url, 'not-the-password-4d2c', { CONFIG_FILE: volume.path })
+  await until(() => tokens.grants.some((g) => g.status === 400))
+  for (const scope of ['s1', 's2', 's3']) t.match(await reloadTo(s, volume, `AUTH_SCOPE: ${scope}\n`), { outcome: 'applied' }, `a new credential (scope ${scope})`)
+  await until(() => s.run.stdout.filter((l) => l.includes('the first grant waits its turn')).length === 3)
+  t.equal(tokens.grants.length, 1, 'one grant in all: each new credential waits as the rejected one would')
+  t.notMatch(s.run.stdout.join('\n'), /not-the-password-4d2c/)
 })

@@ -37,4 +37,7 @@ helmTest('the chart\'s config value: a ConfigMap mounted whole, CONFIG_FILE nami
   t.not(changed.find((o) => o.kind === 'ConfigMap')!, map, 'the ConfigMap changes')
   t.same(sidecarOf(changed).pod, pod, 'the pod template does not: no rollout')
   t.notOk(render().some((o) => o.kind === 'ConfigMap'), 'no ConfigMap without config')
+  // a ConfigMap is no place for a secret
+  t.throws(() => render([], ['config={"AUTH_PASSWORD":"in-clear-1"}']), 'a password in config is refused')
+  t.throws(() => render([], ['config={"routes":{"r":{"BASE_URL":"https://r.example","PATH":"/r","AUTH_CLIENT_SECRET":"in-clear-2"}}}']), 'under a route too')
 })
