@@ -99,6 +99,13 @@ function connection (): Promise<Servers | string> {
 }
 
 /**
+ * How many of a file's Keycloak tests run at once: each has a realm of its
+ * own, and they spend their time waiting, on token lifetimes and on
+ * Keycloak's records.
+ */
+const JOBS = 4
+
+/**
  * A test against the real Keycloak: skipped, with the reason, when it could
  * not be started here; a failure under CI=true, where it must run. Its
  * `timeout` counts from the moment the servers are there.
@@ -106,6 +113,7 @@ function connection (): Promise<Servers | string> {
 export function keycloakTest (name: string, fn: (t: Test, kc: Servers) => Promise<void>, options: { timeout?: number } = {}): void {
   const timeout = options.timeout ?? 300_000
   const servers = connection()
+  t.jobs = Math.max(t.jobs, JOBS)
   t.test(name, { timeout: LONGEST_WAIT_MS + timeout }, async (t) => {
     const kc = await servers
     t.setTimeout(timeout)
