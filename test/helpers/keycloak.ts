@@ -178,7 +178,7 @@ export class KeycloakServer {
   }
 }
 
-export interface KeycloakEvent { type: string, clientId?: string, userId?: string, error?: string, details?: Record<string, string> }
+export interface KeycloakEvent { type: string, time: number, clientId?: string, userId?: string, error?: string, details?: Record<string, string> }
 
 /** One realm: its endpoints, and what Keycloak recorded in it. */
 export class Realm {
