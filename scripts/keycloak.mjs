@@ -1,7 +1,8 @@
 // The real Keycloak for the tests: the official server distribution from
 // Maven Central, run with a JDK of this machine on loopback.
 //
-//   node scripts/keycloak.mjs install        fetch (Maven) and build every server; what .ci/run does
+//   node scripts/keycloak.mjs install        fetch (Maven), build every server and, on a JDK that
+//                                            makes them, train its AOT cache; what .ci/run does
 //   node scripts/keycloak.mjs serve <dir>    start them, write <dir>/state.json, stop when told or
 //                                            when the process that started it is gone (tap's before)
 //
@@ -17,10 +18,12 @@
 // tests create their own realms through the admin API from the files in
 // test/keycloak/.
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync, openSync } from 'node:fs'
+import { createHash } from 'node:crypto'
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync, openSync } from 'node:fs'
 import { createServer } from 'node:net'
-import { homedir } from 'node:os'
+import { homedir, tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { TestCa } from './test-ca.mjs'
 
 export const KEYCLOAK_VERSION = '26.7.3'
@@ -50,10 +53,31 @@ const BUILDS = {
 export const SERVERS = { root: 'root', auth: 'auth', hostname: 'traced' }
 /** The hostname server's public URL: a name under .test, which never resolves. */
 export const PUBLIC_HOSTNAME = 'https://sso.auth-sidecar.test'
-/** Build options: a server built with others is rebuilt. */
-const BUILD_OPTIONS = ['--db=dev-mem', '--cache=local', '--health-enabled=true', '--features=dpop,client-auth-federated,kubernetes-service-accounts']
+/** Build options: each set of them is a home of its own. */
+const BUILD_OPTIONS = ['--db=dev-mem', '--health-enabled=true', '--features=dpop,client-auth-federated,kubernetes-service-accounts']
+/**
+ * Start options of every server. `--cache` is a start option: without it a
+ * server in production mode forms a JGroups cluster (discovery through its
+ * database, certificates made for it, ports bound on the machine's address),
+ * which a test server does not need.
+ */
+const START_OPTIONS = ['--cache=local']
+/**
+ * The JVM's options: a test server lives for minutes and is asked little,
+ * so the work of starting it is what counts. C1 alone compiles what start-up
+ * runs at a fraction of C2's cost, and the serial collector has no threads
+ * to keep busy; G1, the server's default, is meant for a long-lived heap.
+ */
+const JVM_OPTIONS = ['-XX:TieredStopAtLevel=1', '-XX:-UseG1GC', '-XX:+UseSerialGC']
+/**
+ * How long the servers have to be ready, all of them, from the moment the
+ * supervisor starts them: three at once on two cores, beside a test run,
+ * take a few minutes on a slow machine.
+ */
+export const READY_WITHIN_MS = 300_000
 
 const cacheRoot = join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'auth-sidecar', `keycloak-${KEYCLOAK_VERSION}`)
+const repository = fileURLToPath(new URL('..', import.meta.url))
 
 /** A JDK Keycloak supports, newest first: JAVA_HOME if set, else one under /usr/lib/jvm. */
 export function javaHome () {
@@ -84,19 +108,105 @@ export function fetchDistribution () {
   return dist
 }
 
-/** A copy of the distribution with one of BUILDS made (the build is what makes starts quick). */
+/**
+ * A copy of the distribution with one of BUILDS made (the build is what
+ * makes starts quick), its home named after its options: checkouts with
+ * other options each keep their own. Built aside and moved into place, so
+ * that a run meanwhile never meets half a home.
+ */
 export function buildHome (name) {
-  const home = join(cacheRoot, name)
   const options = [...BUILD_OPTIONS, ...BUILDS[name].options]
+  const home = join(cacheRoot, `${name}-${createHash('sha256').update(options.join(' ')).digest('hex').slice(0, 8)}`)
   const marker = join(home, '.auth-sidecar-build')
-  if (existsSync(marker) && readFileSync(marker, 'utf8') === options.join(' ')) return home
+  if (existsSync(marker)) return home
   const dist = fetchDistribution()
+  const building = `${home}.building-${process.pid}`
+  rmSync(building, { recursive: true, force: true })
+  execFileSync('cp', ['-r', dist, building])
+  const build = spawnSync(join(building, 'bin', 'kc.sh'), ['build', ...options], { encoding: 'utf8', env: { ...process.env, JAVA_HOME: javaHome() } })
+  if (build.status !== 0) {
+    rmSync(building, { recursive: true, force: true })
+    throw new Error(`kc.sh build failed: ${(build.stdout + build.stderr).trim().split('\n').slice(-5).join(' ')}`)
+  }
+  writeFileSync(join(building, '.auth-sidecar-build'), options.join(' '))
   rmSync(home, { recursive: true, force: true })
-  execFileSync('cp', ['-r', dist, home])
-  const build = spawnSync(join(home, 'bin', 'kc.sh'), ['build', ...options], { encoding: 'utf8', env: { ...process.env, JAVA_HOME: javaHome() } })
-  if (build.status !== 0) throw new Error(`kc.sh build failed: ${(build.stdout + build.stderr).trim().split('\n').slice(-5).join(' ')}`)
-  writeFileSync(marker, options.join(' '))
+  try { renameSync(building, home) } catch (err) {
+    // another process moved its build into place first: the same build
+    rmSync(building, { recursive: true, force: true })
+    if (!existsSync(marker)) throw err
+  }
   return home
+}
+
+/** Whether this JDK writes an AOT cache from a training run and starts from it (JDK 25: JEP 483 and 514). */
+function aotSupported (java) {
+  const flags = spawnSync(join(java, 'bin', 'java'), ['-XX:+PrintFlagsFinal', '-version'], { encoding: 'utf8' })
+  return / AOTCacheOutput /.test(flags.stdout ?? '')
+}
+
+/**
+ * A build's AOT cache for one JDK: in the build's home, so that a new build
+ * starts without one, and named after the JDK, whose own classes it holds.
+ */
+function aotCacheFile (home, java) {
+  let release = ''
+  try { release = readFileSync(join(java, 'release'), 'utf8') } catch {}
+  return join(home, 'aot', `${createHash('sha256').update(`${java}\n${release}`).digest('hex').slice(0, 12)}.aot`)
+}
+
+/**
+ * The training start of a build's AOT cache: its server started with
+ * `-XX:AOTCacheOutput`, a realm made and a password grant answered (the
+ * work the tests ask for), then stopped; the JVM writes the cache as it
+ * exits. Nothing on a JDK without AOT caches: the servers start plainly.
+ */
+async function trainAotCache (server) {
+  const java = javaHome()
+  const home = buildHome(SERVERS[server])
+  const cache = aotCacheFile(home, java)
+  if (existsSync(cache)) return `AOT cache ${cache}`
+  if (!aotSupported(java)) return `no AOT cache: the JDK in ${java} cannot make one`
+  mkdirSync(join(home, 'aot'), { recursive: true })
+  const output = `${cache}.${process.pid}.tmp`
+  const dir = mkdtempSync(join(tmpdir(), `auth-sidecar-keycloak-training-${server}-`))
+  const children = []
+  try {
+    const { child, info } = await startServer(server, dir, children, Date.now() + READY_WITHIN_MS, { aotOutput: output })
+    await trainingWork(info.url)
+    // the JVM writes the cache as it exits, which takes a while
+    let timer
+    const stopped = await new Promise((resolve) => {
+      child.once('exit', () => resolve(true))
+      timer = setTimeout(resolve, READY_WITHIN_MS, false)
+      process.kill(-child.pid, 'SIGTERM')
+    })
+    clearTimeout(timer)
+    if (!stopped || !existsSync(output) || statSync(output).size === 0) {
+      throw new Error(`no AOT cache written by the training start of ${server} (its log: ${info.log})`)
+    }
+    renameSync(output, cache)
+    rmSync(dir, { recursive: true, force: true })
+    return `AOT cache ${cache}`
+  } finally {
+    for (const c of children) { try { process.kill(-c.pid, 'SIGKILL') } catch {} }
+    rmSync(output, { force: true })
+  }
+}
+
+/** What a test run asks of a server, once: an admin token, a realm of the tests' own, a password grant in it. */
+async function trainingWork (url) {
+  const post = async (path, body, headers = {}) => {
+    const res = await fetch(`${url}${path}`, { method: 'POST', headers, body })
+    const text = await res.text()
+    if (!res.ok) throw new Error(`training: POST ${path}: ${res.status} ${text.slice(0, 200)}`)
+    return text === '' ? {} : JSON.parse(text)
+  }
+  const { access_token: admin } = await post('/realms/master/protocol/openid-connect/token', new URLSearchParams({ grant_type: 'password', client_id: 'admin-cli', ...ADMIN }))
+  const realm = { ...JSON.parse(readFileSync(join(repository, 'test/keycloak/realm.json'), 'utf8')), realm: 'training' }
+  await post('/admin/realms', JSON.stringify(realm), { authorization: `Bearer ${admin}`, 'content-type': 'application/json' })
+  await post('/realms/training/protocol/openid-connect/token', new URLSearchParams({
+    grant_type: 'password', client_id: 'legacy-app', client_secret: 'legacy-app-secret-8f2d', username: 'service-user', password: 'service-user-password-5e1f'
+  }))
 }
 
 async function freePort () {
@@ -105,17 +215,16 @@ async function freePort () {
   })
 }
 
-async function untilReady (url, child, timeoutMs) {
-  const deadline = Date.now() + timeoutMs
+async function untilReady (url, child, deadline) {
   while (Date.now() < deadline) {
-    if (child.exitCode !== null) throw new Error(`Keycloak exited with code ${child.exitCode} while starting`)
+    if (child.exitCode !== null) throw new Error(`exited with code ${child.exitCode} while starting`)
     try {
       const res = await fetch(url, { signal: AbortSignal.timeout(2_000) })
       if (res.ok) return
     } catch {}
     await new Promise((resolve) => setTimeout(resolve, 250))
   }
-  throw new Error(`Keycloak was not ready within ${timeoutMs / 1000} s`)
+  throw new Error(`not ready within ${READY_WITHIN_MS / 1000} s`)
 }
 
 /**
@@ -138,43 +247,48 @@ function httpsOptions (dir, port) {
 
 /**
  * Starts one server, its process in `children` at once; resolves once
- * /health/ready answers and its HTTP port serves the master realm. Its
- * ports are free when picked, but the tests, which start meanwhile, may
- * bind one first: then it starts again on others.
+ * /health/ready answers and its HTTP port serves the master realm, by
+ * `deadline` (ms since the epoch). Its ports are free when picked, but the
+ * tests, which start meanwhile, may bind one first: then it starts again on
+ * others. `aotOutput`: a training start, which writes the build's AOT cache
+ * there as it exits; otherwise the cache is used when there is one.
  */
-async function startServer (server, dir, children) {
+async function startServer (server, dir, children, deadline, { aotOutput } = {}) {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await startServerOn(server, dir, children)
+      return await startServerOn(server, dir, children, deadline, aotOutput)
     } catch (err) {
       if (attempt === 3 || !err.portTaken) throw err
     }
   }
 }
 
-async function startServerOn (server, dir, children) {
+async function startServerOn (server, dir, children, deadline, aotOutput) {
   const build = SERVERS[server]
   const { layout } = BUILDS[build]
   const home = buildHome(build)
+  const java = javaHome()
   const [port, management] = [await freePort(), await freePort()]
   const https = server === 'root' ? httpsOptions(dir, await freePort()) : { args: [], info: {} }
   const hostname = server === 'hostname'
     ? { args: [`--hostname=${PUBLIC_HOSTNAME}`, '--hostname-backchannel-dynamic=true'], info: { publicUrl: PUBLIC_HOSTNAME } }
     : { args: ['--hostname-strict=false'], info: {} }
+  const cache = aotCacheFile(home, java)
+  const aot = aotOutput !== undefined ? [`-XX:AOTCacheOutput=${aotOutput}`] : existsSync(cache) ? [`-XX:AOTCache=${cache}`] : []
   const logFile = join(dir, `keycloak-${server}.log`)
   const log = openSync(logFile, 'w')
   const child = spawn(join(home, 'bin', 'kc.sh'), [
-    'start', '--optimized', '--http-enabled=true', ...hostname.args,
+    'start', '--optimized', '--http-enabled=true', ...START_OPTIONS, ...hostname.args,
     '--http-host=127.0.0.1', `--http-port=${port}`, `--http-management-port=${management}`,
     ...BUILDS[build].run,
     ...https.args
   ], {
     env: {
       ...process.env,
-      JAVA_HOME: javaHome(),
+      JAVA_HOME: java,
       JAVA_OPTS_KC_HEAP: '-Xms64m -Xmx768m',
-      // two servers run from the root layout's home: each keeps its transaction log apart
-      JAVA_OPTS_APPEND: `-Dquarkus.transaction-manager.object-store.directory=${join(dir, `transactions-${server}`)}`,
+      // two servers may run from one home: each keeps its transaction log apart
+      JAVA_OPTS_APPEND: [...JVM_OPTIONS, ...aot, `-Dquarkus.transaction-manager.object-store.directory=${join(dir, `transactions-${server}`)}`].join(' '),
       KC_BOOTSTRAP_ADMIN_USERNAME: ADMIN.username,
       KC_BOOTSTRAP_ADMIN_PASSWORD: ADMIN.password
     },
@@ -184,12 +298,15 @@ async function startServerOn (server, dir, children) {
   children.push(child)
   const prefix = LAYOUTS[layout] === '/' ? '' : LAYOUTS[layout]
   const ready = async () => {
-    await untilReady(`http://127.0.0.1:${management}${prefix}/health/ready`, child, 180_000)
+    await untilReady(`http://127.0.0.1:${management}${prefix}/health/ready`, child, deadline)
     // the management interface may answer before the HTTP server has failed to bind its port
-    await untilReady(`http://127.0.0.1:${port}${prefix}/realms/master`, child, 30_000)
+    await untilReady(`http://127.0.0.1:${port}${prefix}/realms/master`, child, deadline)
   }
   await ready().catch((err) => {
-    if (child.exitCode !== null && readFileSync(logFile, 'utf8').includes('Address already in use')) err.portTaken = true
+    const output = readFileSync(logFile, 'utf8')
+    if (child.exitCode !== null && output.includes('Address already in use')) err.portTaken = true
+    const last = output.trim().split('\n').at(-1)?.slice(0, 300)
+    err.message = `Keycloak (${server}) ${err.message}; its log ${logFile}${last ? ` ends: ${last}` : ''}`
     throw err
   })
   return { child, info: { server, layout, url: `http://127.0.0.1:${port}${prefix}`, pid: child.pid, log: logFile, ...https.info, ...hostname.info } }
@@ -217,8 +334,13 @@ async function serve (dir, watch) {
   }
   write({ status: 'starting', version: KEYCLOAK_VERSION })
   try {
-    const started = await Promise.all(Object.keys(SERVERS).map(async (server) => await startServer(server, dir, children)))
-    write({ status: 'ready', version: KEYCLOAK_VERSION, java: javaHome(), admin: ADMIN, servers: Object.fromEntries(started.map((s) => [s.info.server, s.info])) })
+    // a checkout that never ran `install` builds here, before the servers' time starts
+    for (const build of new Set(Object.values(SERVERS))) buildHome(build)
+    const since = Date.now()
+    const deadline = since + READY_WITHIN_MS
+    write({ status: 'starting', version: KEYCLOAK_VERSION, readyBy: deadline })
+    const started = await Promise.all(Object.keys(SERVERS).map(async (server) => await startServer(server, dir, children, deadline)))
+    write({ status: 'ready', version: KEYCLOAK_VERSION, java: javaHome(), readyInMs: Date.now() - since, admin: ADMIN, servers: Object.fromEntries(started.map((s) => [s.info.server, s.info])) })
   } catch (err) {
     write({ status: 'failed', version: KEYCLOAK_VERSION, reason: err.message })
     for (const c of children) { try { process.kill(-c.pid, 'SIGKILL') } catch {} }
@@ -232,6 +354,9 @@ const [command, arg, watch] = process.argv.slice(2)
 if (command === 'install') {
   for (const build of Object.keys(BUILDS)) console.log(`keycloak ${KEYCLOAK_VERSION} (${build}): ${buildHome(build)}`)
   console.log(`java: ${javaHome()}`)
+  // a cache only speeds the start: without one the tests still run, and judge the server themselves
+  const caches = await Promise.all(Object.keys(SERVERS).map(async (server) => `${server}: ${await trainAotCache(server).catch((err) => `no AOT cache: ${err.message}`)}`))
+  for (const line of caches) console.log(line)
 } else if (command === 'serve') {
   await serve(arg, watch === undefined ? undefined : Number(watch))
 } else if (command !== undefined) {

@@ -290,12 +290,15 @@ t.test('AUTH_LOGOUT_ON_SHUTDOWN=false: check leaves the session, as the sidecar 
 
 t.test('node dist/main.js check: the same from the built entry point, no listener, exit code from the failing step', async (t) => {
   const s = await servers(t)
-  const ok = start(s.env, t.testdir({}), ['check'])
-  t.equal(await ok.exited, 0, ok.stderr.join(''))
+  const dir = t.testdir({})
+  // both at once: neither listens, so neither is in the other's way
+  const ok = start(s.env, dir, ['check'])
+  const bad = start({ ...s.env, AUTH_PASSWORD: 'nope' }, dir, ['check'])
+  const [okCode, badCode] = await Promise.all([ok.exited, bad.exited])
+  t.equal(okCode, 0, ok.stderr.join(''))
   t.equal(ok.stdout.filter((l) => l.startsWith('ok ')).length, 4)
   t.equal(s.tokenServer.activeSessions(), 0)
-  const bad = start({ ...s.env, AUTH_PASSWORD: 'nope' }, t.testdir({}), ['check'])
-  t.equal(await bad.exited, CHECK_EXIT.grant)
+  t.equal(badCode, CHECK_EXIT.grant)
   t.match(bad.stdout.join('\n'), /FAIL grant/)
 })
 

@@ -14,10 +14,12 @@ t.test('--help and -h print usage with every variable and exit 0, touching nothi
   await tokenServer.listen()
   t.teardown(() => tokenServer.close())
   const dir = t.testdir({ '.env': `BASE_URL=http://127.0.0.1:1\nAUTH_URL=${tokenServer.url}\nAUTH_CLIENT_ID=legacy-app\nAUTH_USERNAME=service-user\nAUTH_PASSWORD=${E2E_PASSWORD}\n` })
-  for (const flag of ['--help', '-h']) {
-    const run = start({}, dir, [flag])
-    t.equal(await run.exited, 0, flag)
-    const out = run.stdout.join('\n')
+  const flags = ['--help', '-h']
+  const runs = flags.map((flag) => start({}, dir, [flag]))
+  const codes = await Promise.all(runs.map(async (run) => await run.exited))
+  for (const [i, flag] of flags.entries()) {
+    t.equal(codes[i], 0, flag)
+    const out = runs[i]!.stdout.join('\n')
     for (const name of Object.keys(properties)) t.match(out, name, `${flag} lists ${name}`)
     t.match(out, /ROUTE_<NAME>_BASE_URL[\s\S]*ROUTE_<NAME>_AUTH_EXCHANGE_AUDIENCE/, 'and the settings of a named route')
     t.match(out, /README\.md/)

@@ -4,11 +4,13 @@ import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { root, runDir } from '../keycloak/run-dir.js'
 
-/** Keycloak as test/keycloak/before.mjs started it for this run. */
+/** Keycloak as test/keycloak/before.ts started it for this run. */
 interface RunState {
   status: 'starting' | 'ready' | 'failed' | 'off'
   version?: string
   reason?: string
+  /** while starting: when the servers' time runs out (ms since the epoch), once the supervisor started them */
+  readyBy?: number
   admin?: { username: string, password: string }
   servers?: Record<ServerName, { url: string, httpsUrl?: string, caDir?: string, publicUrl?: string, log: string }>
 }
@@ -22,14 +24,42 @@ export type Layout = 'root' | 'auth'
 export type ServerName = Layout | 'hostname'
 export type Servers = Record<ServerName, KeycloakServer>
 
+/** tap's time for one test file, from its start (the runner passes its --timeout on in TAP_TIMEOUT, seconds; 0 is none). */
+const FILE_TIMEOUT_MS = Number(process.env.TAP_TIMEOUT ?? '30') * 1000
+/** Past the supervisor's deadline, the moment it takes to write its verdict. */
+const VERDICT_MARGIN_MS = 30_000
+/**
+ * The longest a test waits for the servers: the supervisor's deadline
+ * comes first, but a checkout that never ran `node scripts/keycloak.mjs
+ * install` builds them before their time starts.
+ */
+const LONGEST_WAIT_MS = 600_000
+
 let connected: Promise<Servers | string> | undefined
+
+function readState (): RunState | undefined {
+  try { return JSON.parse(readFileSync(join(runDir, 'state.json'), 'utf8')) as RunState } catch { return undefined }
+}
+
+function supervisorRunning (): boolean {
+  try {
+    process.kill(Number(readFileSync(join(runDir, 'supervisor.pid'), 'utf8')), 0)
+    return true
+  } catch {
+    return false
+  }
+}
 
 /** The run's Keycloak servers, once ready; a string says why there are none. */
 async function connect (): Promise<Servers | string> {
   const started = Date.now()
   for (;;) {
-    let state: RunState | undefined
-    try { state = JSON.parse(readFileSync(join(runDir, 'state.json'), 'utf8')) as RunState } catch {}
+    let state = readState()
+    // a supervisor gone without a verdict will give none; it may have written one as it went
+    if (state?.status === 'starting' && !supervisorRunning()) {
+      state = readState()
+      if (state?.status === 'starting') return `real Keycloak ${state.version ?? ''} unavailable: its supervisor (scripts/keycloak.mjs serve) ended before the servers were ready; its output: ${join(runDir, 'supervisor.log')}`
+    }
     if (state?.status === 'ready') {
       const { admin, servers } = state as Required<RunState>
       const https = servers.root.httpsUrl !== undefined && servers.root.caDir !== undefined ? { url: servers.root.httpsUrl, caDir: servers.root.caDir } : undefined
@@ -43,25 +73,56 @@ async function connect (): Promise<Servers | string> {
     if (state === undefined && Date.now() - started > 10_000) {
       return 'real Keycloak not started: tap\'s before script (test/keycloak/before.ts) did not run; run the tests with tap, as npm test does'
     }
-    if (Date.now() - started > 300_000) return `real Keycloak not ready after 300 s (its logs: ${runDir})`
-    await new Promise((resolve) => setTimeout(resolve, 500))
+    const waited = Date.now() - started
+    if (waited > LONGEST_WAIT_MS || (state?.readyBy !== undefined && Date.now() > state.readyBy + VERDICT_MARGIN_MS)) {
+      return `real Keycloak not ready after ${Math.round(waited / 1000)} s of waiting, and its supervisor gave no reason (its logs: ${runDir})`
+    }
+    await new Promise((resolve) => setTimeout(resolve, 250))
   }
 }
 
 /**
+ * The file's connection to the run's servers. tap's clock for the file runs
+ * from its start, Keycloak's boot from the run's: while the file waits for
+ * the servers, its clock is held, and it gets its whole time from the moment
+ * they are there.
+ */
+function connection (): Promise<Servers | string> {
+  if (connected === undefined) {
+    connected = connect()
+    if (FILE_TIMEOUT_MS > 0) {
+      t.setTimeout(LONGEST_WAIT_MS + FILE_TIMEOUT_MS)
+      void connected.then(() => { t.setTimeout(FILE_TIMEOUT_MS) })
+    }
+  }
+  return connected
+}
+
+/**
+ * How many of a file's Keycloak tests run at once: each has a realm of its
+ * own, and they spend their time waiting, on token lifetimes and on
+ * Keycloak's records.
+ */
+const JOBS = 4
+
+/**
  * A test against the real Keycloak: skipped, with the reason, when it could
- * not be started here; a failure under CI=true, where it must run.
+ * not be started here; a failure under CI=true, where it must run. Its
+ * `timeout` counts from the moment the servers are there.
  */
 export function keycloakTest (name: string, fn: (t: Test, kc: Servers) => Promise<void>, options: { timeout?: number } = {}): void {
-  connected ??= connect()
-  t.test(name, { timeout: options.timeout ?? 300_000 }, async (t) => {
-    const servers = await connected!
-    if (typeof servers === 'string') {
-      if (process.env.CI === 'true') t.fail(servers)
-      else t.plan(0, servers)
+  const timeout = options.timeout ?? 300_000
+  const servers = connection()
+  t.jobs = Math.max(t.jobs, JOBS)
+  t.test(name, { timeout: LONGEST_WAIT_MS + timeout }, async (t) => {
+    const kc = await servers
+    t.setTimeout(timeout)
+    if (typeof kc === 'string') {
+      if (process.env.CI === 'true') t.fail(kc)
+      else t.plan(0, kc)
       return
     }
-    await fn(t, servers)
+    await fn(t, kc)
   })
 }
 
@@ -117,7 +178,7 @@ export class KeycloakServer {
   }
 }
 
-export interface KeycloakEvent { type: string, clientId?: string, userId?: string, error?: string, details?: Record<string, string> }
+export interface KeycloakEvent { type: string, time: number, clientId?: string, userId?: string, error?: string, details?: Record<string, string> }
 
 /** One realm: its endpoints, and what Keycloak recorded in it. */
 export class Realm {

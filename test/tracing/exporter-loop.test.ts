@@ -65,7 +65,10 @@ t.test('controls: a collector elsewhere, on another port, or tracing off, starts
 t.test('the built sidecar with its OTLP endpoint on its proxy port: exit 1 and one readable line, before listening', async (t) => {
   const run = start({ ...BASE, PROXY_PORT: '18318', ADMIN_PORT: '0', OTEL_TRACES_EXPORTER: 'otlp', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:18318' })
   t.teardown(() => { run.child.kill('SIGKILL') })
-  const listening = until(() => run.stdout.some((l) => l.includes('auth-sidecar listening')), 20_000).then(() => 'listening', () => 'silent')
+  let exited = false
+  void run.exited.then(() => { exited = true })
+  // watches until the process exits: its exit decides the race, and nothing is left polling after it
+  const listening = until(() => exited || run.stdout.some((l) => l.includes('auth-sidecar listening')), 20_000).then(() => (exited ? 'exited' : 'listening'), () => 'silent')
   t.equal(await Promise.race([run.exited, listening]), 1, 'exit 1, rather than listening')
   const stderr = run.stderr.join('')
   t.match(stderr, /^auth-sidecar: invalid configuration: OTEL_EXPORTER_OTLP_ENDPOINT points at the sidecar's own PROXY_PORT \(18318\)[^\n]*\n$/, 'one line naming the variable and the port')
