@@ -67,7 +67,7 @@ routes:
 })
 
 t.test('JSON is read too', async (t) => {
-  const path = file(JSON.stringify({ BASE_URL: 'http://api.internal', AUTH_MODE: 'basic', AUTH_USERNAME: 'u', AUTH_PASSWORD: 'p', routes: { b: { BASE_URL: 'http://b.internal', PATH: '/b' } } }), 'config.json')
+  const path = file(JSON.stringify({ BASE_URL: 'http://api.internal', AUTH_MODE: 'basic', AUTH_USERNAME: 'u', AUTH_PASSWORD: 'p', routes: { b: { BASE_URL: 'http://b.internal', PATH: '/b', AUTH_USERNAME: 'u2', AUTH_PASSWORD: 'p2' } } }), 'config.json')
   t.same(load({ CONFIG_FILE: path }).routes.map((r) => r.origin), ['http://api.internal', 'http://b.internal'])
 })
 
