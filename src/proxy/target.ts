@@ -28,6 +28,9 @@ function withoutPrefix (path: string, prefix: string): string | undefined {
   if (path.startsWith(prefix) && (path.length === prefix.length || path.charCodeAt(prefix.length) === 47 /* / */)) {
     return path.length === prefix.length ? '/' : path.slice(prefix.length)
   }
+  // without an escape the segments are as they read, which the common case compared: a route
+  // table tries every prefix in turn, and the other routes' need not be split
+  if (!path.includes('%')) return undefined
   const wanted = prefix.split('/').slice(1)
   const raw = path.split('/')
   if (raw[0] !== '' || raw.length <= wanted.length) return undefined
