@@ -45,7 +45,9 @@ export async function startZipkin (port, timeoutMs = 120_000) {
   const exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)))
   const stop = async () => {
     try { process.kill(-child.pid, 'SIGTERM') } catch {}
-    await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 10_000))])
+    let timer
+    await Promise.race([exited, new Promise((resolve) => { timer = setTimeout(resolve, 10_000) })])
+    clearTimeout(timer)
     try { process.kill(-child.pid, 'SIGKILL') } catch {}
   }
   const deadline = Date.now() + timeoutMs

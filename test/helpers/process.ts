@@ -13,12 +13,12 @@ export const main = `${root}dist/main.js`
 /**
  * Runs TypeScript from the repository in a child process of its own (for
  * process-wide state: V8 flags, exit handlers), from the repository's root:
- * `node [nodeArgs] --import <tap's TypeScript loader> args`. Resolves with its
+ * `node [nodeArgs] --import tsx args`. Resolves with its
  * exit code and stdout, whatever the code.
  */
 export async function runTs (args: string[], nodeArgs: string[] = []): Promise<{ code: number, stdout: string }> {
   return await new Promise((resolve, reject) => {
-    execFile(process.execPath, [...nodeArgs, `--import=${root}node_modules/@tapjs/typescript/dist/esm/import.mjs`, ...args], { cwd: root }, (err, stdout) => {
+    execFile(process.execPath, [...nodeArgs, '--import=tsx', ...args], { cwd: root }, (err, stdout) => {
       if (err !== null && typeof err.code !== 'number') reject(err)
       else resolve({ code: err === null ? 0 : err.code as number, stdout })
     })

@@ -124,7 +124,9 @@ export class FakeUpstream {
           res.writeHead(Number(m[1]), { 'content-type': 'text/plain', 'x-upstream': 'yes' })
           res.end(`status ${m[1]}`)
         } else if ((m = path.match(/\/_slow\/(\d+)/)) !== null) {
-          setTimeout(() => { if (!res.destroyed) res.end('slow') }, Number(m[1]))
+          // cleared when the peer goes, so that a test's process does not wait out a long delay
+          const timer = setTimeout(() => { if (!res.destroyed) res.end('slow') }, Number(m[1]))
+          res.on('close', () => clearTimeout(timer))
         } else if (path.includes('/_reset')) {
           req.socket.destroy()
         } else if (path.includes('/_redirect')) {

@@ -33,8 +33,12 @@ async function jsonServer (t: Test, documents: Record<string, unknown>): Promise
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, hits, lastHit }
 }
 
-/** Keycloak fetches a client's JWKS again, for a kid it does not know, only this long after its last fetch. */
-const JWKS_REFETCH_MS = 10_000
+/**
+ * Keycloak fetches a client's JWKS again, for a kid it does not know, only
+ * when more than 10 s passed since its last fetch, counted in whole seconds:
+ * up to 11 s after it.
+ */
+const JWKS_REFETCH_MS = 11_000
 
 /** The refresh grants the sidecar logged as succeeded. */
 const refreshes = (stdout: string[]): number => stdout.filter((l) => l.includes('"grant":"refresh_token"') && l.includes('"outcome":"success"')).length
