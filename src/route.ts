@@ -1,10 +1,10 @@
 import type { EventEmitter } from 'node:events'
 import type { FastifyInstance } from 'fastify'
-import type { Dispatcher } from 'undici'
 import type pino from 'pino'
 import type { Config, RouteConfig } from './config/load.js'
-import { createDispatcher, websocketEgress } from './dispatcher.js'
-import type { ProxyEvents } from './proxy/context.js'
+import { Pool, type Dispatcher } from 'undici'
+import { originConnector } from './connector.js'
+import type { ProxyEvents, UpstreamConnection } from './proxy/context.js'
 import { InProgress, type TableEntry } from './proxy/route-table.js'
 import type { Listener } from './proxy/server.js'
 import type { Tracing } from './tracing/tracing.js'
@@ -51,7 +51,7 @@ export interface RouteDeps {
 export class Route {
   readonly config: RouteConfig
   readonly credential: HeldCredential
-  readonly upstream: TlsDispatcher
+  readonly upstream: TlsDispatcher<UpstreamConnection>
   /** the requests waiting for a place among its upstream connections */
   readonly slots: UpstreamSlots
   /** the requests it took, on every listener, not answered yet */
@@ -60,7 +60,7 @@ export class Route {
   readonly certificate: CertificateInUse | undefined
   #listener: FastifyInstance | undefined
 
-  private constructor (config: RouteConfig, credential: HeldCredential, upstream: TlsDispatcher, slots: UpstreamSlots, certificate: CertificateInUse | undefined) {
+  private constructor (config: RouteConfig, credential: HeldCredential, upstream: TlsDispatcher<UpstreamConnection>, slots: UpstreamSlots, certificate: CertificateInUse | undefined) {
     this.config = config
     this.credential = credential
     this.upstream = upstream
@@ -76,8 +76,8 @@ export class Route {
     const credential = await deps.credentials.of(config.credential, deps.config)
     const files = config.tls === undefined ? undefined : await deps.tls.of(config.tls, config.name === 'default' ? 'upstream' : `upstream (route ${config.name})`)
     const upstream = new TlsDispatcher((connect, onTlsError) => {
-      const made = upstreamPool(deps.config, config.origin, connect, onTlsError)
-      if (deps.log.isLevelEnabled('debug')) logConnections(made, deps.log)
+      const made = upstreamConnections(deps.config, config.origin, connect, onTlsError)
+      if (deps.log.isLevelEnabled('debug')) logConnections(made.dispatcher, deps.log)
       return made
     }, files, () => credential.current()?.certificate)
     const certificate = files?.certificate === undefined ? undefined : { which: 'upstream' as const, route: config.name, files }
@@ -121,7 +121,6 @@ export class Route {
         log: deps.log,
         events: deps.events
       },
-      egress: websocketEgress(global.egress, route.origin),
       requests: this.requests
     }
   }
@@ -145,10 +144,11 @@ export class Route {
   }
 }
 
-/** A route's upstream pool; verifies TLS. */
-function upstreamPool (config: Config, origin: string, tls: ConnectTls, onTlsError: (code: string) => void): Dispatcher {
+/** A route's upstream pool, and the connector it shares with the route's WebSocket handshakes; verifies TLS. */
+function upstreamConnections (config: Config, origin: string, tls: ConnectTls, onTlsError: (code: string) => void): UpstreamConnection {
   const { upstream } = config
-  return createDispatcher(config.egress, origin, {
+  const connect = originConnector(config.egress, origin, tls, onTlsError)
+  const dispatcher = new Pool(origin, {
     connections: upstream.connections,
     // UPSTREAM_KEEPALIVE_MS when the upstream does not say how long it keeps
     // an idle connection; when it does (`Keep-Alive: timeout=N`), undici
@@ -156,8 +156,10 @@ function upstreamPool (config: Config, origin: string, tls: ConnectTls, onTlsErr
     keepAliveTimeout: upstream.keepAliveMs,
     keepAliveMaxTimeout: Math.max(upstream.keepAliveMs, KEEPALIVE_ANNOUNCED_MAX_MS),
     headersTimeout: upstream.timeoutMs,
-    bodyTimeout: upstream.idleTimeoutMs
-  }, tls, onTlsError)
+    bodyTimeout: upstream.idleTimeoutMs,
+    connect
+  })
+  return { dispatcher, connect }
 }
 
 /** LOG_LEVEL=debug: the upstream pool's connections as they open, close and fail. */

@@ -1,7 +1,7 @@
 import type { EventEmitter } from 'node:events'
 import type { Dispatcher } from 'undici'
+import type { Connector } from '../connector.js'
 import type { Logger } from '../logger.js'
-import type { ConnectTls } from '../tls/files.js'
 import type { RequestCredential } from '../token/credential.js'
 import type { AccessLine } from './access-log.js'
 import type { Admission } from './admission.js'
@@ -46,10 +46,10 @@ export interface ProxyEvents {
 /** intercepted: TLS terminated for a route's origin; tunnelled: an allowed destination, passed untouched; refused: neither */
 export type ForwardOutcome = 'intercepted' | 'tunnelled' | 'refused'
 
-/** Connections to the upstream that present one client certificate (or none): undici's pool, and what a WebSocket's connection takes. */
+/** Connections to the upstream that present one client certificate (or none): undici's pool, and its connector, which a WebSocket handshake takes too. */
 export interface UpstreamConnection {
   dispatcher: Dispatcher
-  tls: ConnectTls
+  connect: Connector
 }
 
 /**

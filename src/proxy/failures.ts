@@ -54,15 +54,6 @@ export class CertificateUnusableError extends Error {
   readonly code = 'AUTH_SIDECAR_CERTIFICATE_UNUSABLE'
 }
 
-/** The egress proxy refused the tunnel to the upstream. */
-export class TunnelRefusedError extends Error {
-  readonly code = 'AUTH_SIDECAR_TUNNEL_REFUSED'
-  constructor (status: number) {
-    super(`the egress proxy refused the tunnel (${status})`)
-    this.name = 'TunnelRefusedError'
-  }
-}
-
 /** Why the sidecar answered 502 or 504 itself. */
 export type UpstreamErrorReason = 'unreachable' | 'timeout' | 'reset'
 

@@ -1,12 +1,10 @@
 import type { FastifyRequest } from 'fastify'
-import type { WebSocketEgress } from '../dispatcher.js'
 import type { ProxyContext } from './context.js'
 import { upstreamTarget, type UpstreamTarget } from './target.js'
 
-/** One route as a listener serves it: its parts, how its WebSocket handshakes reach the upstream, its requests in progress. */
+/** One route as a listener serves it: its parts, its requests in progress. */
 export interface TableEntry {
   context: ProxyContext
-  egress: WebSocketEgress
   requests: InProgress
 }
 

@@ -1,12 +1,12 @@
 import type { IncomingMessage } from 'node:http'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { WebSocket, WebSocketServer } from 'ws'
-import type { WebSocketEgress } from '../dispatcher.js'
+import { WebSocket, WebSocketServer, type ClientOptions } from 'ws'
+import { createConnection } from '../connector.js'
 import type { Authorization } from '../token/credential.js'
 import { accessLine } from './access-log.js'
 import { Attempt, type Transport } from './attempt.js'
 import type { ProxyContext, UpstreamConnection } from './context.js'
-import { InvalidStatusError, TunnelRefusedError, upstreamFailure } from './failures.js'
+import { InvalidStatusError, upstreamFailure } from './failures.js'
 import { countHeader, forwardedHeaders, schemeOf } from './headers.js'
 import { sendError } from './replies.js'
 import { takeConnection } from './upgrade.js'
@@ -54,14 +54,14 @@ export class WebSocketSessions {
   #closing = false
 
   /** Forwards one handshake that reached a route. */
-  handshake (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, egress: WebSocketEgress, target: UpstreamTarget): void {
+  handshake (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, target: UpstreamTarget): void {
     const problem = handshakeProblem(request.raw)
     if (problem !== undefined) {
       o.log.debug({ requestId: request.id, problem }, 'websocket handshake refused')
       return sendError(reply, 'bad_request')
     }
     if (this.#closing) return sendError(reply, 'overloaded', { close: true })
-    new Handshake(request, reply, o, egress, this.#live, target).start()
+    new Handshake(request, reply, o, this.#live, target).start()
   }
 
   /** Closes every open WebSocket with 1001 (going away), and every handshake still under way. */
@@ -81,7 +81,6 @@ class Handshake implements Transport {
   readonly #request: FastifyRequest
   readonly #reply: FastifyReply
   readonly #o: ProxyContext
-  readonly #egress: WebSocketEgress
   readonly #live: Set<{ close(): void }>
   readonly #target: UpstreamTarget
   readonly #attempt: Attempt
@@ -91,12 +90,11 @@ class Handshake implements Transport {
   /** on shutdown, a handshake still under way is cut with its connection */
   readonly #cut = { close: () => this.#request.raw.socket.destroy() }
 
-  constructor (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, egress: WebSocketEgress, live: Set<{ close(): void }>, target: UpstreamTarget) {
+  constructor (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, live: Set<{ close(): void }>, target: UpstreamTarget) {
     this.#target = target
     this.#request = request
     this.#reply = reply
     this.#o = o
-    this.#egress = egress
     this.#live = live
     this.#attempt = new Attempt(request, reply, o, this, { replayable: true, failedAs: 'websocket upstream failed' })
   }
@@ -129,16 +127,16 @@ class Handshake implements Transport {
       perMessageDeflate: false,
       followRedirects: false,
       maxPayload: route.websocketMaxMessageBytes,
-      ...(this.#egress.agent !== undefined && { agent: this.#egress.agent }),
-      ...connection.tls
+      // the route's own connections: its egress proxy, NO_PROXY and TLS as its
+      // HTTP requests have them (ws types only the synchronous form Node also takes)
+      createConnection: createConnection(connection.connect, route.origin) as unknown as ClientOptions['createConnection']
     })
     this.#attempt.underway(() => up.terminate())
-    up.once('unexpected-response', (upReq, res) => {
+    up.once('unexpected-response', (_upReq, res) => {
       res.destroy()
       up.terminate()
       const status = res.statusCode ?? 0
       span?.end(status)
-      if (this.#egress.tunnelRefused?.(upReq) === true) return this.#failed(new TunnelRefusedError(status))
       if (this.#attempt.over || this.#attempt.answered(status, res.headers['www-authenticate'], res.headers['dpop-nonce']) === 'replayed') return
       if (status < 200 || status > 599) return this.#failed(new InvalidStatusError(status))
       // the upstream refused the upgrade: the client gets its status

@@ -5,10 +5,12 @@ import type { ConnectTls, TlsFiles } from './files.js'
 /** How long a certificate refusal explains the failures that follow it. */
 const REFUSAL_MEMORY_MS = 2_000
 
-interface Made {
+/** One set of connections to a server, made with the TLS files as they were. */
+export interface Connections {
   dispatcher: Dispatcher
-  /** what its connections present and trust */
-  tls: ConnectTls
+}
+
+type Made<C extends Connections> = C & {
   /** the thumbprint of the client certificate its connections present; undefined for none */
   certificate: string | undefined
 }
@@ -22,14 +24,14 @@ interface Made {
  * matches its token, and `retire` closes the old one once no held token is
  * bound to it.
  */
-export class TlsDispatcher {
-  readonly #make: (tls: ConnectTls, onTlsError: (code: string) => void) => Dispatcher
+export class TlsDispatcher<C extends Connections = Connections> {
+  readonly #make: (tls: ConnectTls, onTlsError: (code: string) => void) => C
   readonly #files: TlsFiles | undefined
   /** the certificate the credential's current token is bound to, if any */
   readonly #inUse: () => string | undefined
-  #current: Made
+  #current: Made<C>
   /** replaced, but still bound to a token in use */
-  #kept: Made[] = []
+  #kept: Array<Made<C>> = []
   /** certificates whose dispatcher was closed: a token bound to one is stale */
   readonly #retired = new Set<string>()
   /** replaced and closing: their requests finish first */
@@ -38,7 +40,7 @@ export class TlsDispatcher {
   /** the last refusal of the client certificate a server sent, and when */
   #refused: { code: string, at: number } | undefined
 
-  constructor (make: (tls: ConnectTls, onTlsError: (code: string) => void) => Dispatcher, files: TlsFiles | undefined, inUse: () => string | undefined = () => undefined) {
+  constructor (make: (tls: ConnectTls, onTlsError: (code: string) => void) => C, files: TlsFiles | undefined, inUse: () => string | undefined = () => undefined) {
     this.#make = make
     this.#files = files
     this.#inUse = inUse
@@ -84,10 +86,10 @@ export class TlsDispatcher {
    * The connections for a request whose token was obtained presenting
    * `certificate`: those presenting that certificate while they are still
    * open; undefined when they were closed (the token is stale); otherwise
-   * the current ones. Their TLS settings serve a connection made outside the
-   * dispatcher (a WebSocket's).
+   * the current ones. A route's come with the connector its WebSocket
+   * handshakes share.
    */
-  connectionFor (certificate: string | undefined): { dispatcher: Dispatcher, tls: ConnectTls } | undefined {
+  connectionFor (certificate: string | undefined): C | undefined {
     if (certificate === undefined || certificate === this.#current.certificate) return this.#current
     const kept = this.#kept.find((m) => m.certificate === certificate)
     if (kept !== undefined) return kept
@@ -127,12 +129,11 @@ export class TlsDispatcher {
     this.retire()
   }
 
-  #made (): Made {
-    const tls = this.#files?.connectOptions() ?? {}
-    return { dispatcher: this.#make(tls, this.#tlsError), tls, certificate: this.#files?.certificate?.thumbprint }
+  #made (): Made<C> {
+    return { ...this.#make(this.#files?.connectOptions() ?? {}, this.#tlsError), certificate: this.#files?.certificate?.thumbprint }
   }
 
-  #close (m: Made): void {
+  #close (m: Made<C>): void {
     if (m.certificate !== undefined && m.certificate !== this.#current.certificate) {
       this.#retired.add(m.certificate)
       // a token outlives a few rotations at most

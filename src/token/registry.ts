@@ -185,7 +185,7 @@ export class CredentialRegistry {
    */
   #http (tls: TlsFiles | undefined, global: Config, connections: TlsDispatcher[]): { fetch: AuthFetch, refusal: () => string | undefined } {
     if (this.#deps.fetch !== undefined) return { fetch: this.#deps.fetch, refusal: () => undefined }
-    const made = new TlsDispatcher((connect, onTlsError) => createDispatcher(global.egress, undefined, { connections: 2, keepAliveTimeout: 4_000, maxResponseSize: MAX_ANSWER_BYTES }, connect, onTlsError), tls)
+    const made = new TlsDispatcher((connect, onTlsError) => ({ dispatcher: createDispatcher(global.egress, { connections: 2, keepAliveTimeout: 4_000, maxResponseSize: MAX_ANSWER_BYTES }, connect, onTlsError) }), tls)
     connections.push(made)
     return { fetch: authFetch(made), refusal: () => made.refusal() }
   }
