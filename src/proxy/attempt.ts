@@ -3,14 +3,19 @@ import type { Authorization, HeaderValue } from '../token/credential.js'
 import { Admission } from './admission.js'
 import { forConnection } from './authorize.js'
 import type { ProxyContext, UpstreamConnection } from './context.js'
-import { answerUpstreamFailure, CertificateUnusableError, ClientGoneError, isClientGone, UpstreamTimeoutError } from './failures.js'
+import { answerUpstreamFailure, CertificateUnusableError, ClientGoneError, isClientGone, upstreamFailure, UpstreamTimeoutError } from './failures.js'
 import { sendTokenUnavailable } from './replies.js'
 import type { Release } from './upstream-slots.js'
+import type { UpstreamSpan } from '../tracing/tracing.js'
 
 /** How an attempt's tries go to the upstream: an undici dispatch for a request, a WebSocket client for a handshake. */
 export interface Transport {
-  /** Sends one try with `authorization` over `connection`; its outcome comes back through the attempt. */
-  send(authorization: Authorization, connection: UpstreamConnection): void
+  /**
+   * Sends one try with `authorization` over `connection`, with the try's
+   * trace headers (when tracing is on); its outcome comes back through the
+   * attempt.
+   */
+  send(authorization: Authorization, connection: UpstreamConnection, trace: Readonly<Record<string, string>> | undefined): void
 }
 
 /**
@@ -29,7 +34,9 @@ export interface Transport {
  * - the upstream's 401, reported to the credential: one replay when it says
  *   so and the request has no body (with a new token, or the nonce the
  *   upstream asked for);
- * - a failure answered 502 or 504 (failures.ts), unless the client has gone.
+ * - a failure answered 502 or 504 (failures.ts), unless the client has gone;
+ * - each try's CLIENT span (tracing on): started with the try, ended once
+ *   with its outcome (the final status, what failed, or both).
  */
 export class Attempt {
   readonly #request: FastifyRequest
@@ -40,6 +47,14 @@ export class Attempt {
   readonly #replayable: boolean
   /** the log's words for a failure */
   readonly #failedAs: string
+  /** the upstream path the tries go to, for their spans */
+  readonly #path: string
+  /** the tries sent, replays and resends included */
+  #tries = 0
+  /** the try under way's span, until it ends */
+  #span: UpstreamSpan | undefined
+  /** the try under way's final status, once it came */
+  #status: number | undefined
   #authorization: Authorization
   #deadline: NodeJS.Timeout | undefined
   #unwatch: () => void = noop
@@ -61,19 +76,25 @@ export class Attempt {
   #restaled = false
   #over = false
 
-  constructor (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, transport: Transport, options: { replayable: boolean, failedAs: string }) {
+  constructor (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, transport: Transport, options: { replayable: boolean, failedAs: string, path: string }) {
     this.#request = request
     this.#reply = reply
     this.#o = o
     this.#transport = transport
     this.#replayable = options.replayable
     this.#failedAs = options.failedAs
+    this.#path = options.path
     this.#authorization = request.sidecarAuthorization!
   }
 
   /** Why the attempt was given up (the client left, the time is up); undefined while it goes on. */
   get abandoned (): Error | undefined {
     return this.#abandoned
+  }
+
+  /** How many tries were sent, the one under way included. */
+  get tries (): number {
+    return this.#tries
   }
 
   /** The attempt's authorization now: what the try under way carries. */
@@ -112,8 +133,10 @@ export class Attempt {
    */
   answered (status: number, challenge: HeaderValue, nonce: HeaderValue): 'relay' | 'replayed' {
     clearTimeout(this.#deadline)
+    this.#status = status
     const verdict = this.#o.credential.answered(this.#authorization, status, challenge, nonce)
     if (status !== 401 || verdict === 'relay' || this.#replayed || !this.#replayable || this.#over) return 'relay'
+    this.#endSpan()
     this.#replayed = true
     this.#cancel = undefined
     if (verdict === 'replay') {
@@ -134,22 +157,29 @@ export class Attempt {
     this.#unwatch = noop
   }
 
-  /** The same try once more (a pooled connection the upstream had closed under it). */
-  resend (): void {
+  /** The same try once more, `err` ending the last (a pooled connection the upstream had closed under it). */
+  resend (err: unknown): void {
+    this.#endSpan(err)
     if (this.#abandoned !== undefined) return this.failed(this.#abandoned)
     this.#try()
   }
 
   /** The transport's failure before the upstream's answer: the sidecar's 502 or 504, or nothing when the client has gone. */
   failed (err: unknown): void {
+    this.#endSpan(err)
     // the transport no longer holds the try (a refused connect never starts)
     this.#pending = false
     if (this.#over) return this.#release()
     this.#fail(err)
   }
 
-  /** The exchange with the upstream is over: its place given back, its timers and watch gone. */
-  finish (): void {
+  /**
+   * The exchange with the upstream is over: its place given back, its
+   * timers and watch gone, its span ended (with `err`, when what the
+   * upstream sent after its status failed or was refused).
+   */
+  finish (err?: unknown): void {
+    this.#endSpan(err)
     this.#over = true
     clearTimeout(this.#deadline)
     this.#unwatch()
@@ -182,7 +212,10 @@ export class Attempt {
     if (connection === undefined) return this.#reauthorize()
     try {
       this.#pending = true
-      this.#transport.send(this.#authorization, connection)
+      this.#status = undefined
+      this.#span = this.#request.sidecarTrace?.upstream(this.#request.raw.method ?? 'GET', { origin: this.#o.route.origin, path: this.#path }, this.#tries)
+      this.#tries++
+      this.#transport.send(this.#authorization, connection, this.#span?.headers)
     } catch (err) {
       this.failed(err)
     }
@@ -230,8 +263,8 @@ export class Attempt {
   /** Answers a failure, the try handed to the transport (if any) keeping its place until the transport lets it go. */
   #fail (err: unknown): void {
     if (this.#over) return
-    this.finish()
     const cause = this.#abandoned ?? err
+    this.finish(cause)
     if (cause instanceof ClientGoneError || isClientGone(this.#reply.raw) || this.#request.raw.socket?.destroyed === true) return
     answerUpstreamFailure(this.#o, this.#reply, this.#request.id, cause, this.#failedAs)
   }
@@ -240,6 +273,12 @@ export class Attempt {
     if (this.#over) return
     this.finish()
     sendTokenUnavailable(this.#reply, err)
+  }
+
+  /** The try's span ends, once: with its final status if one came, and what failed if anything did. */
+  #endSpan (err?: unknown): void {
+    this.#span?.end(this.#status, err === undefined ? undefined : upstreamFailure(err).code)
+    this.#span = undefined
   }
 }
 

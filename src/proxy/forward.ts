@@ -9,7 +9,6 @@ import { ClientGoneError, InterimFloodError, InvalidStatusError, isClientGone, M
 import { forwardedHeaders, relayedResponseHeaders, schemeOf } from './headers.js'
 import { sendError } from './replies.js'
 import type { UpstreamTarget } from './target.js'
-import type { UpstreamSpan } from '../tracing/tracing.js'
 
 /** Idempotent methods without a body may be sent again when a pooled socket turned out dead. */
 const RETRYABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
@@ -40,14 +39,9 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
   readonly #method: string
   readonly #target: UpstreamTarget
   readonly #body: Readable | undefined
-  #tries = 0
   #interim = 0
   /** the answer's body, once the upstream's final status came */
   #answer: UpstreamBody | undefined
-  /** the try's CLIENT span, when tracing is on (a no-op for an unsampled request); it ends with the answer's body */
-  #span: UpstreamSpan | undefined
-  /** the try's final status, once it came */
-  #status: number | undefined
 
   constructor (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, target: UpstreamTarget) {
     this.#request = request
@@ -56,20 +50,17 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
     this.#method = request.raw.method ?? 'GET'
     this.#target = target
     this.#body = request.body as Readable | undefined
-    this.#attempt = new Attempt(request, reply, o, this, { replayable: this.#body === undefined, failedAs: 'upstream request failed' })
+    this.#attempt = new Attempt(request, reply, o, this, { replayable: this.#body === undefined, failedAs: 'upstream request failed', path: target.path })
   }
 
   start (): void {
     this.#attempt.start()
   }
 
-  send (authorization: Authorization, connection: UpstreamConnection): void {
+  send (authorization: Authorization, connection: UpstreamConnection, trace: Readonly<Record<string, string>> | undefined): void {
     const { route } = this.#o
     const { path, query } = this.#target
-    this.#tries++
     this.#interim = 0
-    this.#status = undefined
-    this.#span = this.#request.sidecarTrace?.upstream(this.#method, { origin: route.origin, path }, this.#tries - 1)
     const headers = forwardedHeaders(this.#request.raw.rawHeaders, {
       authorization: authorization.header,
       dpop: authorization.prove?.(this.#method, route.origin + path),
@@ -79,7 +70,7 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
       withoutBody: this.#body === undefined,
       handshake: false,
       proto: schemeOf(this.#request.raw.socket),
-      trace: this.#span?.headers
+      trace
     })
     connection.dispatcher.dispatch({
       origin: route.origin,
@@ -99,9 +90,7 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
       if (++this.#interim > MAX_INTERIM_ANSWERS) controller.abort(new InterimFloodError())
       return
     }
-    this.#status = statusCode
     if (this.#attempt.answered(statusCode, headers['www-authenticate'], headers['dpop-nonce']) === 'replayed') {
-      this.#span?.end(statusCode)
       // the 401's body is not wanted; its connection goes with it
       return controller.abort(new NotRelayedError())
     }
@@ -113,7 +102,6 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
   }
 
   onResponseEnd (): void {
-    this.#span?.end(this.#status)
     this.#answer?.push(null)
     this.#attempt.finish()
   }
@@ -124,16 +112,15 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
     // undici holds a 304's Content-Length for a body owed, though it gives the
     // length of the representation the 304 stands for (RFC 9110 §8.6): the answer is whole
     if (answer !== undefined && this.#reply.statusCode === 304 && (err as { code?: string }).code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH') return this.onResponseEnd()
-    this.#span?.end(this.#status, upstreamFailure(err).code)
     if (answer === undefined) {
       // a stale pooled socket, once, for a request that can be sent again as it is
       const code = (err as { code?: string }).code ?? ''
-      if (this.#tries === 1 && STALE_SOCKET_ERRORS.has(code) && RETRYABLE_METHODS.has(this.#method) && this.#body === undefined && this.#attempt.abandoned === undefined) {
-        return this.#attempt.resend()
+      if (this.#attempt.tries === 1 && STALE_SOCKET_ERRORS.has(code) && RETRYABLE_METHODS.has(this.#method) && this.#body === undefined && this.#attempt.abandoned === undefined) {
+        return this.#attempt.resend(err)
       }
       return this.#attempt.failed(err)
     }
-    this.#attempt.finish()
+    this.#attempt.finish(err)
     // the client may have left first, which aborted this answer
     if (!isClientGone(this.#reply.raw) && !(err instanceof ClientGoneError)) {
       // once the client has the upstream's status, the failure can only cut the body
@@ -152,9 +139,8 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
     const reply = this.#reply
     if (statusCode < 200 || statusCode > 599) {
       controller.abort(new NotRelayedError())
-      this.#attempt.finish()
       const failure = new InvalidStatusError(statusCode)
-      this.#span?.end(statusCode, failure.code)
+      this.#attempt.finish(failure)
       this.#o.log.warn({ requestId: request.id, route: this.#o.route.name, upstreamStatus: statusCode }, 'upstream answered with an invalid status')
       this.#o.events.emit('upstream_error', { route: this.#o.route.name, reason: 'unreachable', code: failure.code })
       return sendError(reply, 'upstream_unreachable')

@@ -6,7 +6,7 @@ import type { Authorization } from '../token/credential.js'
 import { accessLine } from './access-log.js'
 import { Attempt, type Transport } from './attempt.js'
 import type { ProxyContext, UpstreamConnection } from './context.js'
-import { InvalidStatusError, upstreamFailure } from './failures.js'
+import { ClientGoneError, InvalidStatusError } from './failures.js'
 import { countHeader, forwardedHeaders, schemeOf } from './headers.js'
 import { sendError } from './replies.js'
 import { takeConnection } from './upgrade.js'
@@ -86,7 +86,6 @@ class Handshake implements Transport {
   readonly #attempt: Attempt
   /** the latest upstream handshake */
   #upstream: WebSocket | undefined
-  #tries = 0
   /** on shutdown, a handshake still under way is cut with its connection */
   readonly #cut = { close: () => this.#request.raw.socket.destroy() }
 
@@ -96,7 +95,7 @@ class Handshake implements Transport {
     this.#reply = reply
     this.#o = o
     this.#live = live
-    this.#attempt = new Attempt(request, reply, o, this, { replayable: true, failedAs: 'websocket upstream failed' })
+    this.#attempt = new Attempt(request, reply, o, this, { replayable: true, failedAs: 'websocket upstream failed', path: target.path })
   }
 
   start (): void {
@@ -104,12 +103,11 @@ class Handshake implements Transport {
     this.#attempt.start()
   }
 
-  send (authorization: Authorization, connection: UpstreamConnection): void {
+  send (authorization: Authorization, connection: UpstreamConnection, trace: Readonly<Record<string, string>> | undefined): void {
     const route = this.#o.route
     const req = this.#request.raw
     const { path, query } = this.#target
     const protocols = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim()).filter(Boolean)
-    const span = this.#request.sidecarTrace?.upstream('GET', { origin: route.origin, path }, this.#tries++)
     const headers = forwardedHeaders(req.rawHeaders, {
       authorization: authorization.header,
       // a handshake's proof names the URL with http or https (RFC 9449 §4.2)
@@ -120,7 +118,7 @@ class Handshake implements Transport {
       withoutBody: true,
       handshake: true,
       proto: schemeOf(req.socket),
-      trace: span?.headers
+      trace
     })
     const up = this.#upstream = new WebSocket(route.origin.replace(/^http/, 'ws') + path + query, protocols, {
       headers: headers as Record<string, string>,
@@ -136,7 +134,6 @@ class Handshake implements Transport {
       res.destroy()
       up.terminate()
       const status = res.statusCode ?? 0
-      span?.end(status)
       if (this.#attempt.over || this.#attempt.answered(status, res.headers['www-authenticate'], res.headers['dpop-nonce']) === 'replayed') return
       if (status < 200 || status > 599) return this.#failed(new InvalidStatusError(status))
       // the upstream refused the upgrade: the client gets its status
@@ -144,14 +141,12 @@ class Handshake implements Transport {
       this.#reply.code(status).header('x-request-id', this.#request.id).header('content-length', '0').send()
     })
     up.once('error', (err) => {
-      span?.end(undefined, upstreamFailure(err).code)
       // ws reports a failed handshake in state CLOSING: whatever the state,
       // a client still waiting gets an answer (from the latest handshake only)
       if (up === this.#upstream) this.#failed(err)
     })
     // the switch is an answer too: a DPoP-Nonce sent with it is the one the next proof carries
     up.once('upgrade', (res) => {
-      span?.end(101)
       this.#attempt.answered(101, res.headers['www-authenticate'], res.headers['dpop-nonce'])
     })
     up.once('open', () => this.#opened(up))
@@ -161,7 +156,8 @@ class Handshake implements Transport {
   #opened (up: WebSocket): void {
     if (this.#attempt.over) return void up.terminate()
     const connection = takeConnection(this.#request.raw)
-    if (connection === undefined) return void up.terminate()
+    // the client went while the upstream switched
+    if (connection === undefined) return this.#failed(new ClientGoneError())
     this.#settle()
     // the request is done as a request: a session from now on
     this.#reply.hijack()
