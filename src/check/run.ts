@@ -11,8 +11,7 @@ import { createLogger } from '../logger.js'
 import type { UpstreamError } from '../proxy/context.js'
 import type { Route } from '../route.js'
 import { dpopRefusalOf, hasDpopChallenge } from '../token/challenge.js'
-import type { TokenLifecycle } from '../token/lifecycle.js'
-import { NO_GRANT_SPAN } from '../tracing/tracing.js'
+import type { GrantReport } from '../token/lifecycle.js'
 import { advice, binding, certificateBinding, claims, describeCertificate, describeConfig, lifetimes, printable } from './describe.js'
 
 /**
@@ -150,7 +149,7 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
     }
     if (c.auth.issuerUrl !== undefined && c.exchange === undefined) {
       try {
-        const endpoints = await credential.source.server.discover()
+        const endpoints = await credential.endpoints()
         const found = [
           c.auth.tokenUrl === undefined ? `token endpoint ${endpoints?.tokenUrl ?? ''}` : `token endpoint ${c.auth.tokenUrl} (AUTH_TOKEN_URL wins)`,
           endpoints?.endSessionUrl === undefined ? 'no end-session endpoint' : `end-session endpoint ${endpoints.endSessionUrl}`,
@@ -170,16 +169,13 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
     const step = c.exchange === undefined ? 'grant' : 'exchange'
     try {
       // one grant now, held as the sidecar would hold it: the upstream step and the session's end use it
-      const obtained = await credential.source.obtain({ count: async (_grant, send) => await send(NO_GRANT_SPAN) })
-      credential.hold(obtained)
-      const { grant, set } = obtained
-      const tokenUrl = credential.source.server.tokenUrl ?? ''
+      const { grant, set, tokenUrl, clientKey, proofKey } = await credential.grantNow()
       const what = c.exchange === undefined
-        ? `${grant} grant at ${tokenUrl} (${await clientMode(credential, c)})`
+        ? `${grant} grant at ${tokenUrl} (${clientMode(clientKey, c)})`
         : `token exchange at ${tokenUrl} of route ${c.exchange.subject.name}'s token for audience ${c.exchange.audience}`
       const upstreams = app.routes.filter((r) => r.config.credential === c).map((r) => ({ route: r.name, thumbprint: r.certificate?.files.certificate?.thumbprint }))
       const bound = certificateBinding(set, upstreams)
-      say(bound.failed ? 'FAIL' : 'ok', of(step, c.name), `${what}: ${lifetimes(set)}; ${claims(set.accessToken)}${binding(credential.source.server.dpop, set)}${bound.text}`)
+      say(bound.failed ? 'FAIL' : 'ok', of(step, c.name), `${what}: ${lifetimes(set)}; ${claims(set.accessToken)}${binding(proofKey, set)}${bound.text}`)
       if (bound.failed) failed(CHECK_EXIT.grant)
       usable.add(c)
     } catch (err) {
@@ -319,8 +315,7 @@ async function readSome (stream: Readable, signal: AbortSignal): Promise<string>
 }
 
 /** How the client authenticated, and with which key: `private_key_jwt, key kid ... (ES256)`. */
-async function clientMode (credential: TokenLifecycle, config: CredentialConfig): Promise<string> {
+function clientMode (key: GrantReport['clientKey'], config: CredentialConfig): string {
   const mode = config.auth.mode === 'oauth2' ? config.auth.clientAuth : 'basic'
-  const key = await credential.source.server.clientKey()
   return key === undefined ? mode : `${mode}, key kid ${key.kid} (${key.alg})`
 }

@@ -5,14 +5,15 @@ import type { SecretScrubber } from '../secrets.js'
 import { dpopRefusalOf, refusesScope } from './challenge.js'
 import { MAX_TIMER_MS, systemClock, type Clock } from './clock.js'
 import type { Authorization, Credential, CredentialEvents, HeaderValue, LogoutResult, Verdict } from './credential.js'
-import { dpopNonceOf } from './dpop.js'
+import type { Endpoints } from './discovery.js'
+import { dpopNonceOf, type DpopKey } from './dpop.js'
 import { classify, logFailure, notReadyText, type FailureClass } from './failures.js'
 import { GrantError, type Step, type TokenSet } from './grant.js'
 import { RejectionBackoff } from './rejection-backoff.js'
 import { backoffDelay, renewalDelay, slowRetryDelay, usableFor } from './schedule.js'
 import type { GrantCounter, Obtained, TokenSource } from './source.js'
 import { Waiters } from './waiters.js'
-import { NO_TRACING, type Tracing } from '../tracing/tracing.js'
+import { NO_GRANT_SPAN, NO_TRACING, type Tracing } from '../tracing/tracing.js'
 
 export interface TokenLifecycleOptions {
   /** how its tokens are obtained */
@@ -31,6 +32,15 @@ export interface TokenLifecycleOptions {
   tracing?: Tracing
   /** the route whose settings define the credential, for the spans */
   route?: string
+}
+
+/** One grant made now, as `check` shows it. */
+export interface GrantReport extends Obtained {
+  tokenUrl: string
+  /** the key the client authenticated with (private_key_jwt); undefined for a secret or none */
+  clientKey: { alg: string, kid: string } | undefined
+  /** the DPoP key the token is bound to; undefined without DPoP */
+  proofKey: DpopKey | undefined
 }
 
 interface HeldToken {
@@ -58,8 +68,8 @@ interface HeldRefresh {
 export class TokenLifecycle implements Credential {
   readonly kind = 'oauth2'
   readonly events = new EventEmitter<CredentialEvents>()
-  /** how its tokens are obtained: the auth server, the grants (`check` uses them directly) */
-  readonly source: TokenSource
+  /** how its tokens are obtained: the auth server, the grants */
+  readonly #source: TokenSource
   readonly #o: TokenLifecycleOptions
   readonly #clock: Clock
   readonly #random: () => number
@@ -94,7 +104,7 @@ export class TokenLifecycle implements Credential {
 
   constructor (options: TokenLifecycleOptions) {
     this.#o = options
-    this.source = options.source
+    this.#source = options.source
     this.#secrets = options.secrets
     this.#tracing = options.tracing ?? NO_TRACING
     this.#clock = options.clock ?? systemClock
@@ -103,9 +113,9 @@ export class TokenLifecycle implements Credential {
   }
 
   start (): void {
-    this.source.onRetryCue(() => {
+    this.#source.onRetryCue(() => {
       if (!this.#waitingOnCue || this.#stopped || this.#inflight !== undefined) return
-      this.#o.log.info({ event: 'token', grant: this.source.grant }, this.source.grant === 'token_exchange' ? 'the token to exchange was renewed: exchanging it now' : 'credential file changed: retrying the grant now')
+      this.#o.log.info({ event: 'token', grant: this.#source.grant }, this.#source.grant === 'token_exchange' ? 'the token to exchange was renewed: exchanging it now' : 'credential file changed: retrying the grant now')
       this.#renewNow()
     })
     // a token already held (`check`'s) is kept and renewed on its schedule
@@ -115,8 +125,8 @@ export class TokenLifecycle implements Credential {
   stop (): void {
     this.#stopped = true
     this.#clock.clearTimeout(this.#timer)
-    this.source.server.stop()
-    this.source.stop?.()
+    this.#source.server.stop()
+    this.#source.stop?.()
     this.#waiters.failBefore()
   }
 
@@ -138,7 +148,7 @@ export class TokenLifecycle implements Credential {
   }
 
   notReadyReason (): string | undefined {
-    return this.ready() ? undefined : notReadyText(this.#lastFailureKind, { tokenUrl: this.source.server.tokenUrl, discoveryUrl: this.source.server.discoveryUrl }, this.#secrets.scrub(this.#lastFailure))
+    return this.ready() ? undefined : notReadyText(this.#lastFailureKind, { tokenUrl: this.#source.server.tokenUrl, discoveryUrl: this.#source.server.discoveryUrl }, this.#secrets.scrub(this.#lastFailure))
   }
 
   expiresInSeconds (): number {
@@ -165,7 +175,7 @@ export class TokenLifecycle implements Credential {
   }
 
   answered (authorization: Authorization, status: number, challenge: HeaderValue, nonce: HeaderValue): Verdict {
-    if (nonce !== undefined && this.source.server.dpop !== undefined) this.#upstreamNonce = dpopNonceOf(nonce) ?? this.#upstreamNonce
+    if (nonce !== undefined && this.#source.server.dpop !== undefined) this.#upstreamNonce = dpopNonceOf(nonce) ?? this.#upstreamNonce
     if (status !== 401) return 'relay'
     const refusal = dpopRefusalOf(challenge)
     if (refusal !== undefined) {
@@ -198,7 +208,7 @@ export class TokenLifecycle implements Credential {
    */
   certificateChanged (): void {
     if (this.#stopped) return
-    this.source.certificateChanged((dropRefresh) => {
+    this.#source.certificateChanged((dropRefresh) => {
       if (this.#stopped) return
       if (dropRefresh) this.#refresh = undefined
       this.#renewAfter()
@@ -224,7 +234,7 @@ export class TokenLifecycle implements Credential {
     const refresh = this.#refresh
     const usable = refresh !== undefined && (refresh.usableUntil === undefined || this.#clock.now() < refresh.usableUntil)
     try {
-      const obtained = await this.source.obtain({
+      const obtained = await this.#source.obtain({
         ...(usable && { refresh: refresh.token }),
         refreshSpent: () => { if (this.#refresh === refresh) this.#refresh = undefined },
         count: this.#counted
@@ -284,12 +294,25 @@ export class TokenLifecycle implements Credential {
     return next
   }
 
+  /** The DPoP key its tokens are bound to (its algorithm and thumbprint); undefined without DPoP. */
+  get proofKey (): DpopKey | undefined {
+    return this.#source.server.dpop
+  }
+
+  /** The auth server's endpoints, from its discovery document; undefined when AUTH_TOKEN_URL is all there is. */
+  async endpoints (): Promise<Endpoints | undefined> {
+    return await this.#source.server.discover()
+  }
+
   /**
-   * Holds a token obtained outside the schedule (`check`'s, from its
-   * source): it serves requests and is renewed on its schedule once started.
+   * One grant now, outside the schedule (`check`'s): its token serves
+   * requests and is renewed on its schedule once started; resolves with
+   * what was obtained, where, and how the client authenticated.
    */
-  hold (obtained: Obtained): void {
+  async grantNow (): Promise<GrantReport> {
+    const obtained = await this.#source.obtain({ count: async (_grant, send) => await send(NO_GRANT_SPAN) })
     this.#store(obtained)
+    return { ...obtained, tokenUrl: this.#source.server.tokenUrl ?? '', clientKey: await this.#source.server.clientKey(), proofKey: this.#source.server.dpop }
   }
 
   async endSession (timeoutMs: number): Promise<LogoutResult> {
@@ -303,7 +326,7 @@ export class TokenLifecycle implements Credential {
     this.#token = undefined
     this.#previous = undefined
     this.#lateGrant = undefined
-    const ended = await this.source.endSession(held, timeoutMs)
+    const ended = await this.#source.endSession(held, timeoutMs)
     if (ended === undefined) return { outcome: 'skipped', detail: 'an exchanged token opens no session of its own: its subject credential\'s is ended' }
     const { outcome, detail } = ended
     const said = this.#secrets.scrub(detail)
@@ -324,7 +347,7 @@ export class TokenLifecycle implements Credential {
     this.#previous = replaced?.authorization.certificate !== undefined && replaced.authorization.certificate !== set.certificate ? replaced : undefined
     this.#token = { authorization: this.#authorizationFor(set.accessToken, set.certificate), accessToken: set.accessToken, receivedAt: now, lifetimeMs: set.expiresInMs, usableUntil: now + usableFor(set.expiresInMs) }
     // a source that does not refresh (an exchange) renews by a new grant
-    this.#refresh = set.refreshToken === undefined || !this.source.refreshes
+    this.#refresh = set.refreshToken === undefined || !this.#source.refreshes
       ? undefined
       : {
           token: set.refreshToken,
@@ -353,9 +376,9 @@ export class TokenLifecycle implements Credential {
 
   /** The header for a token, in DPoP mode the proofs that go with it, and the certificate it was obtained with. */
   #authorizationFor (accessToken: string, certificate: string | undefined): Authorization {
-    const dpop = this.source.server.dpop
+    const dpop = this.#source.server.dpop
     return {
-      header: `${this.source.server.scheme} ${accessToken}`,
+      header: `${this.#source.server.scheme} ${accessToken}`,
       prove: dpop === undefined ? undefined : (method, url) => dpop.proof(method, url, { nonce: this.#upstreamNonce, accessToken }),
       ...(certificate !== undefined && { certificate })
     }
@@ -363,7 +386,7 @@ export class TokenLifecycle implements Credential {
 
   #failed (err: unknown): void {
     const e = err instanceof GrantError ? err : new GrantError(String(err), 'transient')
-    const step: Step = e.step ?? this.source.grant
+    const step: Step = e.step ?? this.#source.grant
     const rejected = e.kind === 'rejected'
     this.#lastFailureKind = classify(step, e)
     // What will not change by itself, and what may each time have taken the

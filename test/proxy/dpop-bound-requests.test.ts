@@ -18,7 +18,7 @@ async function dpopSidecar (t: Test, options: { nonce?: boolean, rotateOnSwitch?
 }
 
 /** The sidecar's DPoP key: its algorithm and thumbprint. */
-const keyOf = (h: Harness): { alg: string, thumbprint: string } => (h.app.credential as TokenLifecycle).source.server.dpop!
+const keyOf = (h: Harness): { alg: string, thumbprint: string } => (h.app.credential as TokenLifecycle).proofKey!
 
 const refused = (adminUrl: string, reason: string): Promise<number> =>
   metric(adminUrl, `auth_sidecar_dpop_proofs_refused_total{reason="${reason}",route="default"}`)
