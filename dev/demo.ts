@@ -5,8 +5,9 @@
  * its token by token exchange, for the audience reports-api.
  */
 import type { AddressInfo } from 'node:net'
-import { buildApp, ListenError } from '../src/app.js'
+import { buildApp } from '../src/app.js'
 import { loadConfig } from '../src/config/load.js'
+import { ListenError } from '../src/errors.js'
 import { createLogger } from '../src/logger.js'
 import { createEchoUpstream } from './echo-upstream.js'
 import { TokenServer } from './token-server.js'

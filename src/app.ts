@@ -19,6 +19,7 @@ import type { AuthFetch } from './token/http.js'
 import { CredentialRegistry, type HeldCredential } from './token/registry.js'
 import { TlsFileSets } from './tls/files.js'
 import { NO_TRACING, type Tracing } from './tracing/tracing.js'
+import { ListenError } from './errors.js'
 
 export { KEEPALIVE_ANNOUNCED_MAX_MS } from './route.js'
 
@@ -67,23 +68,6 @@ export interface App {
    * (within TOKEN_TIMEOUT_MS after that), releases everything. Idempotent.
    */
   close(graceMs?: number): Promise<void>
-}
-
-/** A listener could not be opened: names the variable and the address. */
-export class ListenError extends Error {
-  readonly code: string | undefined
-  constructor (variable: string, host: string, port: number, cause: NodeJS.ErrnoException) {
-    const why = cause.code === 'EADDRINUSE'
-      ? 'is already in use'
-      : cause.code === 'EACCES'
-        ? 'may not be opened by this user (a port below 1024?)'
-        : cause.code === 'EADDRNOTAVAIL' || cause.code === 'ENOTFOUND'
-          ? 'is not an address of this host'
-          : `cannot be opened (${cause.code ?? cause.message})`
-    super(`${variable}: ${host.includes(':') ? `[${host}]` : host}:${port} ${why}; set ${variable} to a free port`, { cause })
-    this.name = 'ListenError'
-    this.code = cause.code
-  }
 }
 
 /**

@@ -3,6 +3,7 @@ import { request as httpsRequest } from 'node:https'
 import type { Socket } from 'node:net'
 import { buildConnector, errors } from 'undici'
 import type { Config } from './config/load.js'
+import { TunnelRefusedError } from './errors.js'
 import type { ConnectTls } from './tls/files.js'
 
 /** undici's connector signature: a connection to one origin, handed to `callback`. */
@@ -10,15 +11,6 @@ export type Connector = buildConnector.connector
 
 /** The TCP and TLS handshake, and a proxy's answer to CONNECT, get as long as undici gives a connection (its default). */
 const CONNECT_TIMEOUT_MS = 10_000
-
-/** The egress proxy refused the tunnel to the upstream. */
-export class TunnelRefusedError extends Error {
-  readonly code = 'AUTH_SIDECAR_TUNNEL_REFUSED'
-  constructor (status: number) {
-    super(`the egress proxy refused the tunnel (${status})`)
-    this.name = 'TunnelRefusedError'
-  }
-}
 
 /**
  * The egress proxy that connections to `origin` go through: HTTPS_PROXY for

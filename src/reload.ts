@@ -1,5 +1,6 @@
 import type pino from 'pino'
-import { ConfigError, type Config } from './config/load.js'
+import type { Config } from './config/load.js'
+import { ConfigError } from './errors.js'
 import type { Applied } from './route-set.js'
 import { watchFiles } from './config/watched-files.js'
 

@@ -3,7 +3,7 @@ import { parseArgs } from 'node:util'
 import type { Readable } from 'node:stream'
 import { Writable } from 'node:stream'
 import { buildApp, type App } from '../app.js'
-import { ConfigError, readConfiguration, type Config, type CredentialConfig } from '../config/load.js'
+import { readConfiguration, type Config, type CredentialConfig } from '../config/load.js'
 import type { HeldCredential } from '../token/registry.js'
 import { metadataUrl, wellKnownUrl } from '../config/auth.js'
 import { errorBody, ERRORS, type ErrorCode } from '../errors.js'
@@ -13,6 +13,7 @@ import type { Route } from '../route.js'
 import { dpopRefusalOf, hasDpopChallenge } from '../token/challenge.js'
 import type { GrantReport } from '../token/lifecycle.js'
 import { advice, binding, certificateBinding, claims, describeCertificate, describeConfig, lifetimes, printable } from './describe.js'
+import { ConfigError } from '../errors.js'
 
 /**
  * `node dist/main.js check`: the configuration read exactly as the sidecar

@@ -10,19 +10,10 @@ import { tlsNames, tlsPaths } from './tls.js'
 import { tracingOf } from './tracing.js'
 import type { Config, CredentialConfig, LogLevel, RouteConfig } from './types.js'
 import { egressProxy, parseHttpUrl, plainWords, readDotenv, type Raw, type SchemaError } from './values.js'
+import { ConfigError } from './errors.js'
 
 export type { ClientAuth, Config, CredentialConfig, CredentialSource, DpopAlgorithm, LogLevel, OAuth2Settings, PrimaryGrant, RouteConfig, TlsPaths, TracingSettings } from './types.js'
 export { RESERVED_PARAMS } from './values.js'
-
-/** Every problem with the configuration, reported together. */
-export class ConfigError extends Error {
-  readonly problems: readonly string[]
-  constructor (problems: string[]) {
-    super(`invalid configuration: ${problems.join('; ')}`)
-    this.name = 'ConfigError'
-    this.problems = problems
-  }
-}
 
 export interface LoadOptions {
   /** directory whose `.env` is read; the process's working directory by default */

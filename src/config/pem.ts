@@ -1,6 +1,7 @@
 // PEM files as the configuration takes them: certificates, and a client
 // certificate with its key, checked without a connection made.
 import { createHash, createPrivateKey, X509Certificate } from 'node:crypto'
+import { TlsFileError } from './errors.js'
 
 /** A client certificate and its private key, known to belong together. */
 export interface ClientCertificate {
@@ -21,14 +22,6 @@ export interface TlsNames {
   cert: string
   key: string
   ca: string
-}
-
-/** A file that cannot be used, its variable named in the message (never its content). */
-export class TlsFileError extends Error {
-  constructor (message: string) {
-    super(message)
-    this.name = 'TlsFileError'
-  }
 }
 
 export const PEM_CERTIFICATE = /-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g

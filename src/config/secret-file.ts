@@ -1,20 +1,11 @@
 import { closeSync, constants, fstatSync, openSync, readSync } from 'node:fs'
 import { open } from 'node:fs/promises'
+import { SecretFileError } from './errors.js'
 
 /** The largest credential file read: far above any key, certificate chain or token, far below harm. */
 export const MAX_SECRET_FILE_BYTES = 64 * 1024
 /** The largest CA file read: room for a system bundle (Debian's is some 220 KB) and a company's CAs with it. */
 export const MAX_CA_FILE_BYTES = 1024 * 1024
-
-/** A credential file that cannot be used; the message names why, never the content. */
-export class SecretFileError extends Error {
-  readonly code: string
-  constructor (code: string, message: string) {
-    super(message)
-    this.name = 'SecretFileError'
-    this.code = code
-  }
-}
 
 // Opening without blocking: a FIFO put where a file was expected would
 // otherwise hold the open (and the whole process, when synchronous) until

@@ -3,6 +3,7 @@ import { BlockList, isIP } from 'node:net'
 import { networkInterfaces } from 'node:os'
 import { normalizeIp } from '../config/forward.js'
 import type { AllowPattern } from '../config/types.js'
+import { ForbiddenAddressError } from '../errors.js'
 
 /** Where an application asks the forward proxy to go. */
 export interface Destination {
@@ -77,15 +78,6 @@ NEVER_BY_NAME.addAddress('::', 'ipv6')
 NEVER_BY_NAME.addSubnet('fe80::', 10, 'ipv6')
 NEVER_BY_NAME.addAddress('fd00:ec2::254', 'ipv6')
 NEVER_BY_NAME.addAddress('fd00:ec2::23', 'ipv6')
-
-/** The destination resolves to an address it may not reach by its name. */
-export class ForbiddenAddressError extends Error {
-  readonly code = 'EFORBIDDEN'
-  constructor () {
-    super('the destination\'s name resolves to an address reached only through an IP pattern')
-    this.name = 'ForbiddenAddressError'
-  }
-}
 
 /** Resolves a name to all its addresses, in the resolver's order (dns.lookup's, unless replaced in tests). */
 export type Lookup = (hostname: string) => Promise<ReadonlyArray<{ address: string }>>

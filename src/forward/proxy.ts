@@ -17,7 +17,8 @@ import { sendError } from '../proxy/replies.js'
 import { buildListener, HEADERS_TIMEOUT_MS, type Listener, type ListenerOptions } from '../proxy/server.js'
 import { isUpgrade } from '../proxy/upgrade.js'
 import type { ForwardCa } from './ca.js'
-import { absoluteTarget, allowing, canonicalAddress, checkedAddress, connectTarget, destinationOf, ForbiddenAddressError, type Destination, type Lookup } from './destinations.js'
+import { absoluteTarget, allowing, canonicalAddress, checkedAddress, connectTarget, destinationOf, type Destination, type Lookup } from './destinations.js'
+import { ForbiddenAddressError } from '../errors.js'
 
 /** The route of what the forward proxy serves without a route: the access line's and the metrics' label. */
 export const UNROUTED = '-'

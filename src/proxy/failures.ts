@@ -1,5 +1,6 @@
 import type { ServerResponse } from 'node:http'
 import type { FastifyReply } from 'fastify'
+import { CertificateUnusableError } from '../errors.js'
 import { refusesCertificate } from '../tls/certificate.js'
 import type { ProxyContext } from './context.js'
 import { sendError } from './replies.js'
@@ -12,47 +13,6 @@ import { sendError } from './replies.js'
 
 /** Interim (1xx) answers taken before the final one; an upstream that sends more is failing. */
 export const MAX_INTERIM_ANSWERS = 8
-
-/** The client's connection closed: nothing more is sent for it. */
-export class ClientGoneError extends Error {
-  readonly code = 'AUTH_SIDECAR_CLIENT_GONE'
-  constructor () {
-    super('the client closed the connection')
-    this.name = 'ClientGoneError'
-  }
-}
-
-/** The upstream gave no final answer within UPSTREAM_TIMEOUT_MS. */
-export class UpstreamTimeoutError extends Error {
-  readonly code = 'UND_ERR_HEADERS_TIMEOUT'
-  constructor () {
-    super('the upstream did not answer in time')
-    this.name = 'UpstreamTimeoutError'
-  }
-}
-
-/** The upstream sent more interim answers than MAX_INTERIM_ANSWERS. */
-export class InterimFloodError extends Error {
-  readonly code = 'AUTH_SIDECAR_INTERIM_FLOOD'
-  constructor () {
-    super(`the upstream sent more than ${MAX_INTERIM_ANSWERS} interim (1xx) answers`)
-    this.name = 'InterimFloodError'
-  }
-}
-
-/** The upstream answered with a status outside 100-599. */
-export class InvalidStatusError extends Error {
-  readonly code = 'invalid_status'
-  constructor (status: number) {
-    super(`the upstream answered with status ${status}`)
-    this.name = 'InvalidStatusError'
-  }
-}
-
-/** The route's client certificate cannot be presented (expired, not yet valid, replaced): nothing is sent. */
-export class CertificateUnusableError extends Error {
-  readonly code = 'AUTH_SIDECAR_CERTIFICATE_UNUSABLE'
-}
 
 /** Why the sidecar answered 502 or 504 itself. */
 export type UpstreamErrorReason = 'unreachable' | 'timeout' | 'reset'

@@ -5,7 +5,8 @@ import type { Dispatcher } from 'undici'
 import type { Authorization } from '../token/credential.js'
 import { Attempt, type Transport } from './attempt.js'
 import type { ProxyContext, UpstreamConnection } from './context.js'
-import { ClientGoneError, InterimFloodError, InvalidStatusError, isClientGone, MAX_INTERIM_ANSWERS, upstreamFailure } from './failures.js'
+import { ClientGoneError, InterimFloodError, InvalidStatusError, NotRelayedError } from '../errors.js'
+import { isClientGone, MAX_INTERIM_ANSWERS, upstreamFailure } from './failures.js'
 import { forwardedHeaders, relayedResponseHeaders, schemeOf } from './headers.js'
 import { sendError } from './replies.js'
 import type { UpstreamTarget } from './target.js'
@@ -87,7 +88,7 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
 
   onResponseStart (controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
     if (statusCode < 200 && statusCode > 0) {
-      if (++this.#interim > MAX_INTERIM_ANSWERS) controller.abort(new InterimFloodError())
+      if (++this.#interim > MAX_INTERIM_ANSWERS) controller.abort(new InterimFloodError(MAX_INTERIM_ANSWERS))
       return
     }
     if (this.#attempt.answered(statusCode, headers['www-authenticate'], headers['dpop-nonce']) === 'replayed') {
@@ -155,9 +156,6 @@ class Exchange implements Dispatcher.DispatchHandler, Transport {
     if (String(headers['content-type']).startsWith('text/event-stream')) reply.raw.flushHeaders()
   }
 }
-
-/** A try the sidecar ends itself: a 401 it sends again, or an answer it will not relay. */
-class NotRelayedError extends Error {}
 
 /** An upstream answer's body as the client's reply streams it: read on demand, its end or its abort undici's. */
 class UpstreamBody extends Readable {

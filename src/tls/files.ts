@@ -5,10 +5,10 @@ import { MAX_CA_FILE_BYTES, MAX_SECRET_FILE_BYTES, readSecretFile } from '../con
 import type { TlsPaths } from '../config/types.js'
 import type { Logger } from '../logger.js'
 import { readFileSync } from 'node:fs'
-import { clientCertificate, PEM_CERTIFICATE, pemCertificates, TlsFileError, type ClientCertificate, type TlsNames } from '../config/pem.js'
+import { clientCertificate, PEM_CERTIFICATE, pemCertificates, type ClientCertificate, type TlsNames } from '../config/pem.js'
+import { TlsFileError } from '../errors.js'
 import { trustedCas, validity } from './certificate.js'
 
-export { TlsFileError }
 
 /**
  * What a connection made now takes from the files: the client certificate

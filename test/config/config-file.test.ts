@@ -4,7 +4,8 @@ import { join } from 'node:path'
 import t from 'tap'
 import { parse } from 'yaml'
 import { CHECK_EXIT, runCheck } from '../../src/check/run.js'
-import { ConfigError, loadConfig, readConfiguration, type Config } from '../../src/config/load.js'
+import { loadConfig, readConfiguration, type Config } from '../../src/config/load.js'
+import { ConfigError } from '../../src/errors.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'config-file-'))
 let written = 0

@@ -3,7 +3,8 @@ import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { rootCertificates } from 'node:tls'
 import t from 'tap'
-import { ConfigError, loadConfig } from '../../src/config/load.js'
+import { loadConfig } from '../../src/config/load.js'
+import { ConfigError } from '../../src/errors.js'
 import { TestCa } from '../helpers/certificates.js'
 
 const BASE = { BASE_URL: 'https://api.example.com', AUTH_URL: 'https://sso.example.com', AUTH_CLIENT_ID: 'legacy-app', AUTH_USERNAME: 'u', AUTH_PASSWORD: 'p' }

@@ -7,7 +7,8 @@ import type { TLSSocket } from 'node:tls'
 import t from 'tap'
 import { build, CLIENT_SECRET, get, metric, until } from '../helpers/build.js'
 import { TestCa } from '../helpers/certificates.js'
-import { ConfigError, loadConfig } from '../../src/config/load.js'
+import { loadConfig } from '../../src/config/load.js'
+import { ConfigError } from '../../src/errors.js'
 
 const CLIENT_CREDENTIALS = { AUTH_GRANT_TYPE: 'client_credentials', AUTH_USERNAME: '', AUTH_PASSWORD: '' }
 

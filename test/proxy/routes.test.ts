@@ -268,7 +268,8 @@ t.test('token exchange refused: with an invalid subject token, the subject is re
 })
 
 t.test('configuration mistakes are named at start, with the route, all at once', async (t) => {
-  const { loadConfig, ConfigError } = await import('../../src/config/load.js')
+  const { loadConfig } = await import('../../src/config/load.js')
+  const { ConfigError } = await import('../../src/errors.js')
   const base = { BASE_URL: 'http://api.internal', AUTH_URL: 'http://kc', AUTH_CLIENT_ID: 'app', AUTH_USERNAME: 'u', AUTH_PASSWORD: 'p', ADMIN_PORT: '9090', PROXY_PORT: '8080' }
   const problems = (env: Record<string, string>): string[] => {
     try {

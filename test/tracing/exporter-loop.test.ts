@@ -1,5 +1,6 @@
 import t from 'tap'
-import { ConfigError, loadConfig } from '../../src/config/load.js'
+import { loadConfig } from '../../src/config/load.js'
+import { ConfigError } from '../../src/errors.js'
 import { until } from '../helpers/build.js'
 import { start } from '../helpers/process.js'
 
