@@ -30,7 +30,9 @@ export function podAdmission (body: unknown): PodAdmission {
   if (body.apiVersion !== ADMISSION_API_VERSION || body.kind !== 'AdmissionReview') throw new ReviewError(`not an AdmissionReview of ${ADMISSION_API_VERSION}`)
   const request = body.request
   if (!isObject(request)) throw new ReviewError('the AdmissionReview has no request')
-  if (typeof request.uid !== 'string' || request.uid === '' || request.uid.length > 128) throw new ReviewError('request.uid is missing')
+  if (typeof request.uid !== 'string' || request.uid === '') throw new ReviewError('request.uid is missing')
+  // the API server's uids are UUIDs: anything far longer is no review of its own
+  if (request.uid.length > 128) throw new ReviewError('request.uid is longer than 128 characters')
   const kind = request.kind
   if (!isObject(kind) || kind.group !== '' || kind.version !== 'v1' || kind.kind !== 'Pod') throw new ReviewError('request.kind is not a core v1 Pod')
   if (request.subResource !== undefined && request.subResource !== '') throw new ReviewError('request is for a subresource of a Pod, not a Pod')

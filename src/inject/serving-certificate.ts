@@ -4,6 +4,7 @@ import { clientCertificate, TlsFileError, type ClientCertificate } from '../conf
 import { readSecretFile } from '../config/secret-file.js'
 import { watchFiles } from '../config/watched-files.js'
 import type { Logger } from '../logger.js'
+import { validity } from '../tls/certificate.js'
 
 const NAMES = { cert: 'INJECT_TLS_CERT_FILE', key: 'INJECT_TLS_KEY_FILE', ca: '' }
 
@@ -16,7 +17,9 @@ export interface ServingCertificateEvents {
  * The webhook's serving certificate as files a Secret (cert-manager's
  * Certificate) renews: read at start, read again when they change, and put
  * into the server's TLS context only when the certificate and key are a
- * pair; a half-written renewal keeps the one in use, said in the log.
+ * pair and no worse than the one in use (an expired or not yet valid
+ * certificate never replaces a valid one); otherwise the one in use stays,
+ * said in the log.
  */
 export class ServingCertificate extends EventEmitter<ServingCertificateEvents> {
   readonly #certFile: string
@@ -67,6 +70,8 @@ export class ServingCertificate extends EventEmitter<ServingCertificateEvents> {
       if (next.cert === this.#current.cert && next.key === this.#current.key) return
       // what setSecureContext would throw on, found before it replaces anything
       createSecureContext({ cert: next.cert, key: next.key })
+      const worse = validity(next, NAMES.cert)
+      if (worse !== undefined && validity(this.#current, NAMES.cert) === undefined) throw new TlsFileError(worse.replace(/: waiting for .*$/, ''))
     } catch (err) {
       const reason = err instanceof TlsFileError ? err.message : 'TLS cannot use them'
       this.#log.warn({ event: 'tls', certificate: 'serving', reason }, 'the serving certificate\'s files changed but cannot be used: keeping the one in use')

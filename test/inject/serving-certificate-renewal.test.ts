@@ -2,6 +2,7 @@ import { X509Certificate } from 'node:crypto'
 import { copyFileSync, writeFileSync } from 'node:fs'
 import t from 'tap'
 import { httpsRequest } from '../helpers/admission.js'
+import { until } from '../helpers/build.js'
 import { logLine, startInjector } from '../helpers/injector.js'
 
 /**
@@ -37,4 +38,16 @@ t.test('a certificate whose key is not its own is refused: the one in use stays'
   t.match(warning.reason, /INJECT_TLS_KEY_FILE holds a key that is not the one of the certificate in INJECT_TLS_CERT_FILE/)
   t.notOk(JSON.stringify(warning).includes('PRIVATE KEY'), 'no key material in the log')
   t.equal((await httpsRequest(`${url}/healthz`, ca)).peerCertificate, fingerprint(serving.cert), 'still the good pair')
+})
+
+t.test('an expired renewal never replaces a valid certificate', async (t) => {
+  const { url, ca, caAuthority, serving, run } = await startInjector(t)
+  const expired = caAuthority.issue('expired', { cn: 'old', san: 'IP:127.0.0.1', notBefore: new Date(Date.now() - 2 * 86400_000), notAfter: new Date(Date.now() - 86400_000) })
+  const seen = run.stdout.length
+  copyFileSync(expired.keyFile, serving.keyFile)
+  copyFileSync(expired.certFile, serving.certFile)
+  // the key may be seen changed before its certificate: the verdict on the whole pair is the one that says expired
+  await until(() => run.stdout.slice(seen).some((l) => l.includes('cannot be used') && l.includes('expired at')), 15_000)
+  t.notOk(run.stdout.slice(seen).some((l) => l.includes('serving certificate renewed')), 'not put in')
+  t.equal((await httpsRequest(`${url}/healthz`, ca)).peerCertificate, fingerprint(serving.cert), 'still the valid one')
 })
