@@ -11,6 +11,11 @@ import { usage } from './usage.js'
 import { VERSION } from './version.js'
 
 const args = process.argv.slice(2)
+if (args[0] === 'inject') {
+  // the admission webhook: loaded only for this command, never by the sidecar
+  const { runInject } = await import('./inject/run.js')
+  process.exit(await runInject(process.env, args.slice(1)))
+}
 if (args[0] === 'check') {
   const code = await runCheck(process.env, args.slice(1), (text) => process.stdout.write(text))
   process.exit(code)

@@ -19,6 +19,8 @@ Usage:
   node dist/main.js              run the sidecar (configuration from the environment and ./.env)
   node dist/main.js check        try the configuration once: discovery, a grant, a request
                                  to the upstream, the session ended (see check --help)
+  node dist/main.js inject       a Kubernetes admission webhook that adds the sidecar to
+                                 annotated pods (see inject --help)
   node dist/main.js --help, -h   this text
   node dist/main.js --version    the version
 

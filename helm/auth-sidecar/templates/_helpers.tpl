@@ -554,3 +554,61 @@ forwardProxy.
   readOnly: true
 {{- end }}
 {{- end }}
+
+{{/* The injector's objects' name: <fullname>-injector, 63 characters at most. */}}
+{{- define "auth-sidecar.injector.fullname" -}}
+{{- printf "%s-injector" (include "auth-sidecar.fullname" . | trunc 54 | trimSuffix "-") }}
+{{- end }}
+
+{{/*
+The injector's pods' labels: a name of their own, so that the
+application's selector (and its Service) never takes them in.
+*/}}
+{{- define "auth-sidecar.injector.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "auth-sidecar.name" . | trunc 54 | trimSuffix "-" }}-injector
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: injector
+{{- end }}
+
+{{- define "auth-sidecar.injector.labels" -}}
+helm.sh/chart: {{ include "auth-sidecar.chart" . }}
+{{ include "auth-sidecar.injector.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The webhook's image: injector.image, or the sidecar's (the same binary, its inject command). */}}
+{{- define "auth-sidecar.injector.image" -}}
+{{- $i := .Values.injector.image }}
+{{- printf "%s:%s" (default .Values.sidecar.image.repository $i.repository) (default (default .Chart.AppVersion .Values.sidecar.image.tag) $i.tag) }}
+{{- end }}
+
+{{/* The Secret holding the serving certificate: cert-manager's, or the given one. */}}
+{{- define "auth-sidecar.injector.tlsSecret" -}}
+{{- if .Values.injector.certManager.enabled }}
+{{- include "auth-sidecar.injector.fullname" . }}-tls
+{{- else }}
+{{- required "injector.tls.secretName is required (or injector.certManager.enabled): the webhook's serving certificate" .Values.injector.tls.secretName }}
+{{- end }}
+{{- end }}
+
+{{/*
+The webhook's namespaceSelector: injector.namespaceSelector, with
+kube-system and the release's namespace always left out, so that the
+webhook is never asked about its own pods (with failurePolicy Fail, a
+webhook with no pod left could not start one).
+*/}}
+{{- define "auth-sidecar.injector.namespaceSelector" -}}
+{{- $s := default (dict) .Values.injector.namespaceSelector }}
+{{- with $s.matchLabels }}
+matchLabels:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+matchExpressions:
+  {{- with $s.matchExpressions }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values: [kube-system, {{ .Release.Namespace | quote }}]
+{{- end }}
