@@ -1,5 +1,5 @@
 import { resolve } from 'node:path'
-import { ConfigError } from './load.js'
+import { ConfigError } from './errors.js'
 import type { LogLevel } from './types.js'
 
 /**

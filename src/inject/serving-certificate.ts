@@ -1,8 +1,9 @@
 import { EventEmitter } from 'node:events'
 import { createSecureContext } from 'node:tls'
-import { clientCertificate, TlsFileError, type ClientCertificate } from '../config/pem.js'
+import { clientCertificate, type ClientCertificate } from '../config/pem.js'
 import { readSecretFile } from '../config/secret-file.js'
 import { watchFiles } from '../config/watched-files.js'
+import { TlsFileError } from '../errors.js'
 import type { Logger } from '../logger.js'
 import { validity } from '../tls/certificate.js'
 

@@ -1,5 +1,5 @@
 import t from 'tap'
-import type { ConfigError } from '../../src/config/load.js'
+import type { ConfigError } from '../../src/errors.js'
 import { readInjectConfig } from '../../src/config/inject.js'
 import { start } from '../helpers/process.js'
 
