@@ -3,6 +3,7 @@ import { request as httpsRequest } from 'node:https'
 import type { Socket } from 'node:net'
 import { buildConnector, errors } from 'undici'
 import type { Config } from './config/load.js'
+import { bypassesProxy } from './config/no-proxy.js'
 import { TunnelRefusedError } from './errors.js'
 import type { ConnectTls } from './tls/files.js'
 
@@ -14,25 +15,12 @@ const CONNECT_TIMEOUT_MS = 10_000
 
 /**
  * The egress proxy that connections to `origin` go through: HTTPS_PROXY for
- * https, HTTP_PROXY for http; none when NO_PROXY names the origin. NO_PROXY
- * is read as undici's EnvHttpProxyAgent reads it for the auth server: `*`,
- * or names (a name covers its subdomains, a leading `.` or `*.` is
- * dropped), each with an optional port.
+ * https, HTTP_PROXY for http; none when NO_PROXY names the origin (as it
+ * does for the tracing exporter's).
  */
 export function proxyFor (egress: Config['egress'], origin: URL): URL | undefined {
-  const secure = origin.protocol === 'https:'
-  const proxy = secure ? egress.httpsProxy : egress.httpProxy
-  if (proxy === undefined) return undefined
-  // the host without its port, an IPv6 address in its brackets
-  const host = origin.host.replace(/:\d*$/, '').toLowerCase()
-  const port = Number(origin.port) || (secure ? 443 : 80)
-  for (const entry of (egress.noProxy ?? '').split(/[,\s]/).filter(Boolean)) {
-    if (entry === '*') return undefined
-    const parsed = /^(.+):(\d+)$/.exec(entry)
-    const name = (parsed?.[1] ?? entry).replace(/^\*?\./, '').toLowerCase()
-    if (parsed !== null && Number(parsed[2]) !== port) continue
-    if (host === name || host.endsWith(`.${name}`)) return undefined
-  }
+  const proxy = origin.protocol === 'https:' ? egress.httpsProxy : egress.httpProxy
+  if (proxy === undefined || bypassesProxy(egress.noProxy ?? '', origin)) return undefined
   return new URL(proxy)
 }
 

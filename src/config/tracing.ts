@@ -1,6 +1,7 @@
 import { BlockList, isIPv4, isIPv6 } from 'node:net'
 import { networkInterfaces } from 'node:os'
 import type { TracingSettings } from './types.js'
+import { bypassesProxy, hostOf, portOf } from './no-proxy.js'
 
 /** DEFAULT_SERVICE_NAME names the sidecar's spans unless the operator named the service. */
 export const DEFAULT_SERVICE_NAME = 'auth-sidecar'
@@ -107,10 +108,6 @@ function urlOf (value: string): URL | undefined {
   }
 }
 
-function portOf (url: URL): number {
-  return url.port !== '' ? Number(url.port) : url.protocol === 'https:' ? 443 : 80
-}
-
 /**
  * The egress proxy an export to `endpoint` may go through, unless NO_PROXY
  * names its host: gRPC's client takes grpc_proxy, https_proxy or
@@ -131,29 +128,9 @@ function egressProxyOf (env: NodeJS.ProcessEnv, endpoint: Endpoint): { variable:
     : endpoint.url.protocol === 'https:' ? first(['HTTPS_PROXY', 'https_proxy']) : first(['HTTP_PROXY', 'http_proxy'])
   if (proxy === undefined) return undefined
   const noProxy = first(endpoint.grpc ? ['no_grpc_proxy', 'no_proxy', 'NO_PROXY'] : ['NO_PROXY', 'no_proxy'])?.value ?? ''
-  if (bypasses(noProxy, endpoint.url)) return undefined
+  if (bypassesProxy(noProxy, endpoint.url)) return undefined
   const url = urlOf(proxy.value)
   return url === undefined ? undefined : { variable: proxy.variable, url }
-}
-
-/** Whether NO_PROXY's entries (`*`, a host, `.domain` or `domain`, with a port or without) name `url`'s host. */
-function bypasses (noProxy: string, url: URL): boolean {
-  const name = hostOf(url.hostname)
-  const port = String(portOf(url))
-  for (const entry of noProxy.split(/[\s,]+/).filter(Boolean)) {
-    if (entry === '*') return true
-    const at = entry.startsWith('[') ? entry.indexOf(']') + 1 : entry.lastIndexOf(':')
-    const host = hostOf(at > 0 && entry[at] === ':' ? entry.slice(0, at) : entry).replace(/^\*?\./, '')
-    const entryPort = at > 0 && entry[at] === ':' ? entry.slice(at + 1) : undefined
-    if (entryPort !== undefined && entryPort !== port) continue
-    if (name === host || name.endsWith(`.${host}`)) return true
-  }
-  return false
-}
-
-/** A host as compared here: lower case, without IPv6 brackets or a final dot. */
-function hostOf (host: string): string {
-  return host.toLowerCase().replace(/^\[(.*)\]$/, '$1').replace(/\.$/, '')
 }
 
 /**
