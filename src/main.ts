@@ -1,6 +1,7 @@
 import { parseArgs } from 'node:util'
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
+import { argumentProblem } from './arguments.js'
 import { readConfiguration, type Config } from './config/load.js'
 import { ConfigError, ListenError, TlsFileError } from './errors.js'
 import { createLogger } from './logger.js'
@@ -24,7 +25,7 @@ let flags: { help?: boolean, version?: boolean }
 try {
   flags = parseArgs({ args, options: { help: { type: 'boolean', short: 'h' }, version: { type: 'boolean', short: 'v' } } }).values
 } catch (err) {
-  process.stderr.write(`auth-sidecar: ${(err as Error).message.replace(/\. To specify a positional[\s\S]*$/, '').slice(0, 200)}; see --help\n`)
+  process.stderr.write(`auth-sidecar: ${argumentProblem(err)}; see --help\n`)
   process.exit(2)
 }
 if (flags.help === true) {

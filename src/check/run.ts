@@ -3,6 +3,7 @@ import { parseArgs } from 'node:util'
 import type { Readable } from 'node:stream'
 import { Writable } from 'node:stream'
 import { buildApp, type App } from '../app.js'
+import { argumentProblem } from '../arguments.js'
 import { readConfiguration, type Config, type CredentialConfig } from '../config/load.js'
 import type { HeldCredential } from '../token/registry.js'
 import { metadataUrl, wellKnownUrl } from '../config/auth.js'
@@ -49,7 +50,7 @@ function checkArgs (args: string[]): CheckArgs | string {
   try {
     values = parseArgs({ args, options: { path: { type: 'string', default: '/' }, method: { type: 'string', default: 'GET' }, help: { type: 'boolean', short: 'h', default: false } } }).values
   } catch (err) {
-    return (err as Error).message.replace(/\. To specify a positional[\s\S]*$/, '').slice(0, 200)
+    return argumentProblem(err)
   }
   if (!values.path.startsWith('/')) return '--path must start with /'
   const method = values.method.toUpperCase()

@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util'
 import closeWithGrace from 'close-with-grace'
+import { argumentProblem } from '../arguments.js'
 import { readInjectConfig } from '../config/inject.js'
 import { ConfigError, TlsFileError } from '../errors.js'
 import { createLogger } from '../logger.js'
@@ -21,7 +22,7 @@ export async function runInject (env: NodeJS.ProcessEnv, args: string[]): Promis
   try {
     help = parseArgs({ args, options: { help: { type: 'boolean', short: 'h' } } }).values.help
   } catch (err) {
-    process.stderr.write(`auth-sidecar inject: ${(err as Error).message.replace(/\. To specify a positional[\s\S]*$/, '').slice(0, 200)}; see inject --help\n`)
+    process.stderr.write(`auth-sidecar inject: ${argumentProblem(err)}; see inject --help\n`)
     return 2
   }
   if (help === true) {
