@@ -1,27 +1,24 @@
 import { randomUUID } from 'node:crypto'
 import type { IncomingMessage } from 'node:http'
-import { connect as netConnect, isIP, type Socket } from 'node:net'
+import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
-import { TLSSocket } from 'node:tls'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { Agent, buildConnector, type Dispatcher } from 'undici'
+import type { Agent } from 'undici'
 import type { Config } from '../config/load.js'
 import type { ForwardSettings } from '../config/types.js'
 import { ERRORS, type ErrorCode } from '../errors.js'
 import type { Route, RouteDeps } from '../route.js'
 import type { AccessLine } from '../proxy/access-log.js'
 import { answerOnSocket } from '../proxy/client-errors.js'
-import { upstreamFailure } from '../proxy/failures.js'
-import { relayedResponseHeaders, untouchedHeaders } from '../proxy/headers.js'
 import { sendError } from '../proxy/replies.js'
+import { UNROUTED } from '../proxy/request-budget.js'
 import { buildListener, HEADERS_TIMEOUT_MS, type Listener, type ListenerOptions } from '../proxy/server.js'
 import { isUpgrade } from '../proxy/upgrade.js'
 import type { ForwardCa } from './ca.js'
-import { absoluteTarget, allowing, canonicalAddress, checkedAddress, connectTarget, destinationOf, type Destination, type Lookup } from './destinations.js'
-import { ForbiddenAddressError } from '../errors.js'
-
-/** The route of what the forward proxy serves without a route: the access line's and the metrics' label. */
-export const UNROUTED = '-'
+import { absoluteTarget, allowing, canonicalAddress, connectTarget, destinationOf, type Destination, type Lookup } from './destinations.js'
+import { intercept, type Interception, type InterceptionOptions } from './interception.js'
+import { ESTABLISHED, tunnel, type ConnectRefusal, type TunnelOptions } from './tunnel.js'
+import { allowedAgent, passUntouched, type UntouchedOptions } from './untouched.js'
 
 /** What a request on the forward proxy named, as rewriteUrl read it. */
 interface Asked {
@@ -30,12 +27,6 @@ interface Asked {
   refusal?: ErrorCode
   /** its target (path and query), as sent on */
   target: string
-}
-
-/** A connection the proxy terminated: for which destination, and whether its TLS named another host. */
-interface Interception {
-  destination: Destination
-  misdirected: boolean
 }
 
 export interface ForwardProxyOptions {
@@ -76,11 +67,12 @@ export class ForwardProxy {
   readonly #tunnels = new Set<Socket>()
   /** the connections to allowed destinations: each address checked before it is dialled */
   readonly #allowed: Agent
-  readonly #headersTimeoutMs: number
+  readonly #interception: InterceptionOptions
+  readonly #untouched: UntouchedOptions
+  readonly #tunnelling: TunnelOptions
 
   constructor (o: ForwardProxyOptions) {
     this.#o = o
-    this.#headersTimeoutMs = o.listener.headersTimeoutMs ?? HEADERS_TIMEOUT_MS
     this.listener = buildListener({
       ...o.listener,
       route: UNROUTED,
@@ -95,20 +87,11 @@ export class ForwardProxy {
         onConnect: (req, socket, head) => this.#connect(req, socket, head)
       }
     })
-    const connector = buildConnector({})
-    const timeouts = { headersTimeout: o.config.upstream.timeoutMs, bodyTimeout: o.config.upstream.idleTimeoutMs }
-    this.#allowed = new Agent({
-      ...timeouts,
-      connect: (options, callback) => {
-        const hostname = options.hostname.startsWith('[') ? options.hostname.slice(1, -1) : options.hostname
-        const port = options.port === '' ? (options.protocol === 'https:' ? 443 : 80) : Number(options.port)
-        const pattern = allowing(o.settings.allow, { hostname, port })
-        if (pattern === undefined) return callback(new ForbiddenAddressError(), null)
-        checkedAddress({ hostname, port }, pattern, o.ownPorts, o.lookup).then(
-          (address) => connector({ ...options, hostname: address, ...(isIP(hostname) === 0 && { servername: hostname }) }, callback),
-          (err: Error) => callback(err, null))
-      }
-    })
+    this.#allowed = allowedAgent(o.settings.allow, o.config.upstream, o.ownPorts, o.lookup)
+    const { events, log } = o.listener
+    this.#interception = { ca: o.ca, headersTimeoutMs: o.listener.headersTimeoutMs ?? HEADERS_TIMEOUT_MS, log }
+    this.#untouched = { timeouts: o.config.upstream, admission: this.listener.admission, events, log }
+    this.#tunnelling = { upstream: o.config.upstream, events, log, ownPorts: o.ownPorts, lookup: o.lookup, tunnels: this.#tunnels }
   }
 
   /** Serves `routes` (from now on; the first ones by default) for the requests to their BASE_URLs. */
@@ -190,59 +173,16 @@ export class ForwardProxy {
       // A route whose client certificate is its credential sends nothing untouched.
       const route = routes.find((r) => r.certificate === undefined)
       if (route === undefined) return this.#refuseRequest(reply, 'destination_not_allowed')
-      return this.#untouched(request, reply, destination, asked.target, route.upstream.current, false)
+      return passUntouched(this.#untouched, request, reply, destination, asked.target, route.upstream.current, false)
     }
     if (allowing(this.#o.settings.allow, destination) === undefined) return this.#refuseRequest(reply, 'destination_not_allowed')
     // counted tunnelled once it is passed on, or refused when its name resolves to an address it may not reach
-    this.#untouched(request, reply, destination, asked.target, this.#allowed, true)
+    passUntouched(this.#untouched, request, reply, destination, asked.target, this.#allowed, true)
   }
 
   #refuseRequest (reply: FastifyReply, code: ErrorCode): void {
     if (code === 'destination_not_allowed') this.#o.listener.events.emit('forward_connection', 'refused')
     sendError(reply, code)
-  }
-
-  /**
-   * Passes a request on as it came, without a credential, and relays the
-   * answer. One to an allowed destination is counted once: refused when its
-   * name resolves to an address it may not reach (nothing was sent),
-   * tunnelled otherwise, answered or failed.
-   */
-  #untouched (request: FastifyRequest, reply: FastifyReply, destination: Destination, path: string, dispatcher: Dispatcher, ownAuthorization: boolean): void {
-    const allowed = dispatcher === this.#allowed
-    const raw = request.raw
-    const controller = new AbortController()
-    const stop = this.listener.admission.onDeparture(request, () => controller.abort())
-    const hasBody = raw.headers['content-length'] !== undefined || raw.headers['transfer-encoding'] !== undefined
-    const { timeoutMs, idleTimeoutMs } = this.#o.config.upstream
-    dispatcher.request({
-      origin: destination.origin,
-      path,
-      method: raw.method as Dispatcher.HttpMethod,
-      headers: untouchedHeaders(raw.rawHeaders, new URL(destination.origin).host, ownAuthorization),
-      body: hasBody ? raw : null,
-      signal: controller.signal,
-      headersTimeout: timeoutMs,
-      bodyTimeout: idleTimeoutMs
-    }).then((answer) => {
-      if (allowed) this.#o.listener.events.emit('forward_connection', 'tunnelled')
-      answer.body.once('close', stop)
-      reply.code(answer.statusCode).headers(relayedResponseHeaders(answer.headers, request.id))
-      reply.send(answer.body)
-    }, (err: Error & { code?: string }) => {
-      stop()
-      if (err instanceof ForbiddenAddressError) {
-        this.#o.listener.events.emit('forward_connection', 'refused')
-        if (!controller.signal.aborted) sendError(reply, 'destination_not_allowed')
-        return
-      }
-      if (allowed) this.#o.listener.events.emit('forward_connection', 'tunnelled')
-      if (controller.signal.aborted) return
-      const failure = upstreamFailure(err)
-      this.#o.listener.log.warn({ requestId: request.id, destination: destination.origin, upstreamError: failure.code }, 'forward proxy: destination failed')
-      this.#o.listener.events.emit('upstream_error', { route: UNROUTED, ...failure })
-      sendError(reply, failure.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable')
-    })
   }
 
   /**
@@ -261,11 +201,11 @@ export class ForwardProxy {
       if (destination !== undefined) entry.destination = destination.origin
       this.#o.listener.events.emit('response', entry)
     }
-    const refuse = (code: ErrorCode, destination?: Destination, route = UNROUTED): void => {
+    const refuse: ConnectRefusal = (code, destination) => {
       // a 503 (overloaded, no certificate yet) passes: the client may try again in a second
       answerOnSocket(socket, code, ERRORS[code].status, requestId, ERRORS[code].status === 503 ? 1 : undefined)
       if (code === 'destination_not_allowed') this.#o.listener.events.emit('forward_connection', 'refused')
-      line(ERRORS[code].status, route, destination)
+      line(ERRORS[code].status, UNROUTED, destination)
     }
     const secure = connectTarget(authority)
     if (secure === undefined) return refuse('bad_request')
@@ -273,7 +213,14 @@ export class ForwardProxy {
     const release = this.listener.admission.hold()
     if (release === undefined) return refuse('overloaded', secure)
     const routes = this.#origins.get(secure.origin)
-    if (routes !== undefined) return this.#intercept(socket, head, secure, release, refuse, () => line(200, routes[0]!.name, secure))
+    if (routes !== undefined) {
+      const answered = (): void => line(200, routes[0]!.name, secure)
+      return intercept(this.#interception, socket, head, secure, release, refuse, answered, (tls, interception) => {
+        this.#intercepted.set(tls, interception)
+        this.#o.listener.events.emit('forward_connection', 'intercepted')
+        this.listener.app.server.emit('connection', tls)
+      })
+    }
     const plainRoutes = this.#origins.get(plain.origin)
     if (plainRoutes !== undefined) {
       release()
@@ -290,109 +237,9 @@ export class ForwardProxy {
       release()
       return refuse('destination_not_allowed', secure)
     }
-    this.#tunnel(socket, head, secure, pattern, requestId, release, refuse, (status) => line(status, UNROUTED, secure))
-  }
-
-  #intercept (socket: Duplex, head: Buffer, destination: Destination, release: () => void, refuse: (code: ErrorCode, destination?: Destination) => void, answered: () => void): void {
-    const ca = this.#o.ca
-    if (ca === undefined || ca.unusable() !== undefined) {
-      release()
-      return refuse('certificate_unavailable', destination)
-    }
-    ca.contextFor(destination.hostname).then((secureContext) => {
-      if (socket.destroyed) return release()
-      socket.write(ESTABLISHED)
-      answered()
-      if (head.length > 0) socket.unshift(head)
-      const tls = new TLSSocket(socket as Socket, { isServer: true, secureContext, ALPNProtocols: ['http/1.1'] })
-      // a client that opens the tunnel and never completes TLS is closed like one whose headers never come
-      const silent = setTimeout(() => tls.destroy(), this.#headersTimeoutMs)
-      tls.on('error', () => tls.destroy())
-      // The client's end of its TLS ends the connection: left half-open (as the
-      // HTTP server keeps its sockets), it would stay until a timeout.
-      tls.once('end', () => tls.destroy())
-      tls.once('close', () => {
-        clearTimeout(silent)
-        release()
-        socket.destroy()
-      })
-      tls.once('secure', () => {
-        clearTimeout(silent)
-        release()
-        const sni = (tls as TLSSocket & { servername?: string | false }).servername
-        this.#intercepted.set(tls, { destination, misdirected: typeof sni === 'string' && sni.toLowerCase() !== destination.hostname })
-        this.#o.listener.events.emit('forward_connection', 'intercepted')
-        this.listener.app.server.emit('connection', tls)
-      })
-    }, (err: Error) => {
-      release()
-      this.#o.listener.log.warn({ destination: destination.origin, reason: err.message }, 'forward proxy: no certificate could be made for the host')
-      refuse('certificate_unavailable', destination)
-    })
-  }
-
-  /**
-   * A blind tunnel to an allowed destination, closed after
-   * UPSTREAM_IDLE_TIMEOUT_MS of silence both ways. A destination that cannot
-   * be reached (refused, unresolvable, no connection in UPSTREAM_TIMEOUT_MS)
-   * is answered 502 as a request would be, logged, and counted as a
-   * tunnelled connection with an upstream error; a name that resolves to an
-   * address it may not reach is refused before anything is dialled.
-   */
-  #tunnel (socket: Duplex, head: Buffer, destination: Destination, pattern: ForwardSettings['allow'][number], requestId: string, release: () => void, refuse: (code: ErrorCode, destination?: Destination) => void, answered: (status: number) => void): void {
-    const { timeoutMs, idleTimeoutMs } = this.#o.config.upstream
-    const events = this.#o.listener.events
-    const fail = (err: Error & { code?: string }): void => {
-      release()
-      const failure = upstreamFailure(err)
-      this.#o.listener.log.warn({ requestId, destination: destination.origin, upstreamError: failure.code }, 'forward proxy: tunnel failed')
-      events.emit('forward_connection', 'tunnelled')
-      events.emit('upstream_error', { route: UNROUTED, ...failure })
-      refuse(failure.reason === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable', destination)
-    }
-    checkedAddress(destination, pattern, this.#o.ownPorts, this.#o.lookup).then((address) => {
-      if (socket.destroyed) return release()
-      const upstream = netConnect({ host: address, port: destination.port })
-      this.#tunnels.add(upstream)
-      // set once the destination took the connection; until then a failure is answered on the client's socket
-      let established = false
-      let failed = false
-      const connecting = setTimeout(() => upstream.destroy(Object.assign(new Error('connect timeout'), { code: 'ETIMEDOUT' })), timeoutMs)
-      upstream.once('error', (err) => {
-        clearTimeout(connecting)
-        if (established || socket.destroyed) return void socket.destroy()
-        failed = true
-        fail(err)
-      })
-      upstream.once('close', () => {
-        clearTimeout(connecting)
-        this.#tunnels.delete(upstream)
-        release()
-        // a failed tunnel's answer closes the client's socket once it is written
-        if (!failed) socket.destroy()
-      })
-      socket.once('close', () => upstream.destroy())
-      upstream.once('connect', () => {
-        clearTimeout(connecting)
-        established = true
-        socket.write(ESTABLISHED)
-        answered(200)
-        events.emit('forward_connection', 'tunnelled')
-        if (head.length > 0) upstream.write(head)
-        // Activity either way keeps the client's side busy: one timer covers both.
-        ;(socket as Socket).setTimeout(idleTimeoutMs, () => socket.destroy())
-        socket.pipe(upstream)
-        upstream.pipe(socket)
-      })
-    }, (err: Error & { code?: string }) => {
-      if (!(err instanceof ForbiddenAddressError)) return fail(err)
-      release()
-      refuse('destination_not_allowed', destination)
-    })
+    tunnel(this.#tunnelling, socket, head, secure, pattern, requestId, release, refuse, (status) => line(status, UNROUTED, secure))
   }
 }
-
-const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n'
 
 /** A host as the machine it names, whatever its spelling: an IP address canonical (IPv4-mapped as IPv4), a name without its trailing dot. */
 function hostKey (hostname: string): string {

@@ -23,3 +23,31 @@ export const systemClock: Clock = {
   },
   clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout)
 }
+
+/** One call pending on a clock at a time, however far off: setTimeout's limit is crossed by re-arming. */
+export class Alarm {
+  readonly #clock: Clock
+  #handle: unknown
+
+  constructor (clock: Clock) {
+    this.#clock = clock
+  }
+
+  /** Runs `fn` at `dueAt`, instead of what was set before. */
+  set (dueAt: number, fn: () => void): void {
+    this.#clock.clearTimeout(this.#handle)
+    const wait = (): void => {
+      const left = dueAt - this.#clock.now()
+      if (left > MAX_TIMER_MS) {
+        this.#handle = this.#clock.setTimeout(wait, MAX_TIMER_MS)
+      } else {
+        this.#handle = this.#clock.setTimeout(fn, Math.max(0, left))
+      }
+    }
+    wait()
+  }
+
+  clear (): void {
+    this.#clock.clearTimeout(this.#handle)
+  }
+}

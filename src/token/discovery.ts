@@ -1,6 +1,7 @@
 import * as oauth from 'oauth4webapi'
 import { metadataUrl, wellKnownUrl } from '../config/auth.js'
-import { GrantError, type Answer, type Shorten } from './grant.js'
+import type { Logger } from '../logger.js'
+import { answerOf, GrantError, type Answer, type Shorten } from './grant.js'
 
 /**
  * Discovery (AUTH_ISSUER_URL): the auth server's endpoints read from its
@@ -34,6 +35,40 @@ export interface DiscoverySource {
   url: string
   /** documents tried before this one that were not there (404), said with this one's failure */
   missing?: string[]
+}
+
+/** How the document is fetched: a GET of `url` (bounded, the auth server's connections), and what the check needs. */
+export interface DiscoveryFetch extends DiscoverySource {
+  get: (url: string) => Promise<Response>
+  configuredTokenUrl: string | undefined
+  shorten: Shorten
+  presentsCertificate: boolean
+  log: Logger
+}
+
+/**
+ * The document fetched from the URL as configured (AUTH_DISCOVERY_URL may
+ * be any address), not one derived from the issuer as oauth4webapi's
+ * discoveryRequest would, and checked. The issuer's OpenID Connect
+ * document, when not there, gives way to its RFC 8414 metadata (OAuth-only
+ * servers publish just that); a document AUTH_DISCOVERY_URL names is the
+ * only one fetched.
+ */
+export async function fetchDiscovery (o: DiscoveryFetch): Promise<Endpoints> {
+  const { issuer } = o
+  const missing: string[] = []
+  let at = o.url
+  for (;;) {
+    const from = at
+    o.log.debug({ event: 'discovery', url: from }, 'discovery request')
+    const res = await o.get(from)
+    const answer = await answerOf(res)
+    const metadata = answer.status === 404 && missing.length === 0 && from === wellKnownUrl(issuer) ? metadataUrl(issuer) : undefined
+    if (metadata === undefined) return await checkDiscovery({ issuer, url: from, missing }, answer, res, o.configuredTokenUrl, o.shorten, o.presentsCertificate)
+    await res.body?.cancel().catch(() => {})
+    missing.push(from)
+    at = metadata
+  }
 }
 
 /**

@@ -1,5 +1,6 @@
 import type { Logger } from '../logger.js'
 import { isCredentialRejection, type GrantError, type GrantType } from './grant.js'
+import { backoffDelay, slowRetryDelay } from './schedule.js'
 
 /** What the last failed attempt ran into, as readiness tells it. */
 export type FailureClass = 'credentials' | 'rejected' | 'wrong_url' | 'unusable' | 'credential' | 'transient' | 'discovery'
@@ -46,5 +47,65 @@ export function logFailure (log: Logger, step: GrantType | 'discovery', e: Grant
     log.error(fields, 'wrong token URL: check AUTH_URL and AUTH_REALM, or set AUTH_TOKEN_URL to the realm\'s token endpoint')
   } else {
     log[e.kind === 'rejected' ? 'error' : 'warn'](fields, 'token request failed')
+  }
+}
+
+/** How fast failed attempts are retried (TOKEN_RETRY_MIN_MS, TOKEN_RETRY_MAX_MS, TOKEN_REJECTED_RETRY_MS). */
+export interface RetryPace {
+  retryMinMs: number
+  retryMaxMs: number
+  rejectedRetryMs: number
+}
+
+/**
+ * How long until an attempt that failed with `e` at `step` is retried,
+ * `failures` attempts having failed before it in a row.
+ */
+export function retryDelay (step: GrantType | 'discovery', e: GrantError, failures: number, pace: RetryPace, random: number): number {
+  // What will not change by itself, and what may each time have taken the
+  // credentials somewhere, is retried slowly: a refusal (the server's, or
+  // its metadata's of the configuration), a URL that is no token endpoint,
+  // a client credential that cannot be used. An outage is
+  // retried with backoff; so is an answer without a usable token (a
+  // glitch, often), its backoff growing to the slow pace, since each such
+  // answer may have opened a session.
+  const slow = e.kind === 'credential' || e.kind === 'rejected' || (step !== 'discovery' && e.kind === 'wrong_url')
+  return slow
+    ? slowRetryDelay(pace.rejectedRetryMs, random)
+    : backoffDelay({ minMs: pace.retryMinMs, maxMs: e.kind === 'unusable' ? pace.rejectedRetryMs : pace.retryMaxMs }, failures, random, e.retryAfterMs)
+}
+
+/**
+ * The attempts that failed since the last token: how many, and what the
+ * last one ran into, which readiness tells.
+ */
+export class FailureStreak {
+  #count = 0
+  #lastMessage = ''
+  #lastClass: FailureClass | undefined
+
+  get count (): number {
+    return this.#count
+  }
+
+  /** One more failed attempt; true when it failed as the one before did (its log line repeats). */
+  add (step: GrantType | 'discovery', e: GrantError): boolean {
+    this.#lastClass = classify(step, e)
+    this.#count += 1
+    const repeated = e.message === this.#lastMessage
+    this.#lastMessage = e.message
+    return repeated
+  }
+
+  /** A token came: the streak is over. */
+  end (): void {
+    this.#count = 0
+    this.#lastMessage = ''
+    this.#lastClass = undefined
+  }
+
+  /** Why there is no token, as readiness says it; `scrub` takes the secrets out of the last failure's message. */
+  notReadyText (endpoints: { tokenUrl: string | undefined, discoveryUrl: string | undefined }, scrub: (text: string) => string): string {
+    return notReadyText(this.#lastClass, endpoints, scrub(this.#lastMessage))
   }
 }

@@ -2,17 +2,17 @@ import { EventEmitter } from 'node:events'
 import { TokenUnavailableError } from '../errors.js'
 import type { Logger } from '../logger.js'
 import type { SecretScrubber } from '../secrets.js'
-import { dpopRefusalOf, refusesScope } from './challenge.js'
-import { MAX_TIMER_MS, systemClock, type Clock } from './clock.js'
+import { Alarm, systemClock, type Clock } from './clock.js'
 import type { Authorization, Credential, CredentialEvents, HeaderValue, LogoutResult, Verdict } from './credential.js'
 import type { Endpoints } from './discovery.js'
-import { dpopNonceOf, type DpopKey } from './dpop.js'
-import { classify, logFailure, notReadyText, type FailureClass } from './failures.js'
+import type { DpopKey } from './dpop.js'
+import { FailureStreak, logFailure, retryDelay } from './failures.js'
 import { GrantError, type Step, type TokenSet } from './grant.js'
-import { RejectionBackoff } from './rejection-backoff.js'
-import { backoffDelay, renewalDelay, slowRetryDelay, usableFor } from './schedule.js'
+import { HeldTokens } from './held-tokens.js'
+import { renewalDelay } from './schedule.js'
 import type { GrantCounter, Obtained, TokenSource } from './source.js'
-import { Waiters } from './waiters.js'
+import { UpstreamAnswers } from './upstream-answers.js'
+import { nextToken, Waiters } from './waiters.js'
 import { NO_GRANT_SPAN, NO_TRACING, type Tracing } from '../tracing/tracing.js'
 
 export interface TokenLifecycleOptions {
@@ -43,27 +43,15 @@ export interface GrantReport extends Obtained {
   proofKey: DpopKey | undefined
 }
 
-interface HeldToken {
-  authorization: Authorization
-  accessToken: string
-  receivedAt: number
-  lifetimeMs: number
-  usableUntil: number
-}
-
-interface HeldRefresh {
-  token: string
-  /** undefined: it does not lapse on its own */
-  usableUntil: number | undefined
-}
-
 /**
  * Keeps one access token fresh: a token at start, a renewal before it
  * expires (its refresh token kept for it, while it may be used), backoff
  * through outages, renewals driven by the upstream's 401s paced, and never
  * more than one grant request in flight; requests that arrive meanwhile
  * wait for it, bounded. How each token is obtained is its source's
- * (source.ts): it knows nothing of grants.
+ * (source.ts): it knows nothing of grants. What it holds is kept by
+ * held-tokens.ts, and what the upstream's answers mean is judged by
+ * upstream-answers.ts; this class decides when to obtain a token.
  */
 export class TokenLifecycle implements Credential {
   readonly kind = 'oauth2'
@@ -74,31 +62,24 @@ export class TokenLifecycle implements Credential {
   readonly #clock: Clock
   readonly #random: () => number
   readonly #waiters: Waiters<Authorization>
-  #token: HeldToken | undefined
-  /** the token #token replaced, kept while valid when it is bound to another client certificate */
-  #previous: HeldToken | undefined
-  #refresh: HeldRefresh | undefined
+  readonly #held = new HeldTokens()
   #inflight: Promise<void> | undefined
   /** why the renewal in flight was started */
   #cause: 'schedule' | 'upstream_401' = 'schedule'
-  #timer: unknown
+  /** the renewal, or the retry after a failure */
+  readonly #alarm: Alarm
   /** when the pending retry after a failure is due; undefined when not in backoff */
   #retryAt: number | undefined
   /** the last failure may pass when the source cues it (a credential file changed, the subject's token is new) */
   #waitingOnCue = false
-  #failures = 0
-  #lastFailure = ''
-  /** what the last failed grant ran into, for readiness */
-  #lastFailureKind: FailureClass | undefined
+  readonly #failures = new FailureStreak()
   #stopped = false
   /** a grant answered after stop(): never used, only its session ended */
   #lateGrant: TokenSet | undefined
   readonly #secrets: SecretScrubber
   readonly #tracing: Tracing
-  /** renewals caused by upstream 401s, paced */
-  readonly #rejections = new RejectionBackoff()
-  /** the upstream's newest DPoP nonce */
-  #upstreamNonce: string | undefined
+  /** what the upstream's answers said: its DPoP nonce, the 401s' renewals paced */
+  readonly #upstream: UpstreamAnswers
   /** the refused token of this credential's whose renewal an exchange asked for: asked once per token */
   #renewalAskedFor: string | undefined
 
@@ -109,6 +90,8 @@ export class TokenLifecycle implements Credential {
     this.#tracing = options.tracing ?? NO_TRACING
     this.#clock = options.clock ?? systemClock
     this.#random = options.random ?? Math.random
+    this.#alarm = new Alarm(this.#clock)
+    this.#upstream = new UpstreamAnswers(this.events, options.log, this.#clock)
     this.#waiters = new Waiters(this.#clock, options.waitMs, () => this.#retryAfterSeconds())
   }
 
@@ -119,20 +102,19 @@ export class TokenLifecycle implements Credential {
       this.#renewNow()
     })
     // a token already held (`check`'s) is kept and renewed on its schedule
-    if (this.#token === undefined) this.#renewNow()
+    if (this.#held.token === undefined) this.#renewNow()
   }
 
   stop (): void {
     this.#stopped = true
-    this.#clock.clearTimeout(this.#timer)
+    this.#alarm.clear()
     this.#source.server.stop()
     this.#source.stop?.()
     this.#waiters.failBefore()
   }
 
   current (): Authorization | undefined {
-    const t = this.#token
-    return t !== undefined && this.#clock.now() < t.usableUntil ? t.authorization : undefined
+    return this.#held.current(this.#clock.now())
   }
 
   ready (): boolean {
@@ -140,21 +122,15 @@ export class TokenLifecycle implements Credential {
   }
 
   boundTo (certificate: string): Authorization | undefined {
-    const now = this.#clock.now()
-    for (const t of [this.#token, this.#previous]) {
-      if (t !== undefined && t.authorization.certificate === certificate && now < t.usableUntil) return t.authorization
-    }
-    return undefined
+    return this.#held.boundTo(certificate, this.#clock.now())
   }
 
   notReadyReason (): string | undefined {
-    return this.ready() ? undefined : notReadyText(this.#lastFailureKind, { tokenUrl: this.#source.server.tokenUrl, discoveryUrl: this.#source.server.discoveryUrl }, this.#secrets.scrub(this.#lastFailure))
+    return this.ready() ? undefined : this.#failures.notReadyText({ tokenUrl: this.#source.server.tokenUrl, discoveryUrl: this.#source.server.discoveryUrl }, (text) => this.#secrets.scrub(text))
   }
 
   expiresInSeconds (): number {
-    const t = this.#token
-    if (t === undefined) return 0
-    return Math.max(0, (t.receivedAt + t.lifetimeMs - this.#clock.now()) / 1000)
+    return this.#held.expiresInSeconds(this.#clock.now())
   }
 
   authorize (): Promise<Authorization> {
@@ -175,25 +151,10 @@ export class TokenLifecycle implements Credential {
   }
 
   answered (authorization: Authorization, status: number, challenge: HeaderValue, nonce: HeaderValue): Verdict {
-    if (nonce !== undefined && this.#source.server.dpop !== undefined) this.#upstreamNonce = dpopNonceOf(nonce) ?? this.#upstreamNonce
-    if (status !== 401) return 'relay'
-    const refusal = dpopRefusalOf(challenge)
-    if (refusal !== undefined) {
-      // the proof was refused, not the token: asked for a nonce, the request may go once more with it
-      this.events.emit('dpop_refused', refusal)
-      return refusal === 'use_dpop_nonce' ? 'replay' : 'relay'
-    }
-    // the token is fine but lacks a scope: a new one would lack it too
-    if (refusesScope(challenge)) return 'relay'
-    const token = this.#token
-    if (token === undefined || token.authorization !== authorization) return 'renewed' // already replaced: one renewal per rejected token
-    const { waitMs, inARow, first } = this.#rejections.take(this.#clock.now())
-    if (waitMs > 0) {
-      // the 401 is relayed and the token kept
-      if (first) this.#o.log.warn({ event: 'token', reason: 'upstream_401', renewalsInARow: inARow, nextRenewalInMs: Math.round(waitMs) }, 'upstream rejects new tokens too: keeping the token, the next renewal on a 401 waits')
-      return 'relay'
-    }
-    this.#token = undefined
+    const held = this.#held.token?.authorization === authorization
+    const verdict = this.#upstream.judge(status, challenge, nonce, { dpop: this.#source.server.dpop !== undefined, held })
+    if (verdict !== 'renew') return verdict
+    this.#held.dropToken()
     this.#o.log.warn({ event: 'token', reason: 'upstream_401' }, 'upstream rejected the access token: obtaining a new one')
     this.#renewNow('upstream_401')
     return 'renewed'
@@ -210,7 +171,7 @@ export class TokenLifecycle implements Credential {
     if (this.#stopped) return
     this.#source.certificateChanged((dropRefresh) => {
       if (this.#stopped) return
-      if (dropRefresh) this.#refresh = undefined
+      if (dropRefresh) this.#held.dropRefresh()
       this.#renewAfter()
     })
   }
@@ -223,7 +184,7 @@ export class TokenLifecycle implements Credential {
 
   #renewNow (cause: 'schedule' | 'upstream_401' = 'schedule'): void {
     if (this.#inflight !== undefined || this.#stopped) return
-    this.#clock.clearTimeout(this.#timer)
+    this.#alarm.clear()
     this.#retryAt = undefined
     this.#waitingOnCue = false
     this.#cause = cause
@@ -231,12 +192,11 @@ export class TokenLifecycle implements Credential {
   }
 
   async #attempt (): Promise<void> {
-    const refresh = this.#refresh
-    const usable = refresh !== undefined && (refresh.usableUntil === undefined || this.#clock.now() < refresh.usableUntil)
+    const refresh = this.#held.refresh
     try {
       const obtained = await this.#source.obtain({
-        ...(usable && { refresh: refresh.token }),
-        refreshSpent: () => { if (this.#refresh === refresh) this.#refresh = undefined },
+        ...(this.#held.usable(refresh, this.#clock.now()) && { refresh: refresh.token }),
+        refreshSpent: () => this.#held.refreshSpent(refresh),
         count: this.#counted
       })
       this.#store(obtained)
@@ -272,24 +232,14 @@ export class TokenLifecycle implements Credential {
    */
   async accessTokenOtherThan (refused: ReadonlySet<string>): Promise<string> {
     await this.authorize()
-    const held = this.#token!.accessToken
+    const held = this.#held.token!.accessToken
     if (!refused.has(held)) return held
     if (this.#renewalAskedFor !== held) {
       this.#renewalAskedFor = held
       this.#o.log.info({ event: 'token', reason: 'exchange_refused' }, 'an exchange refused the access token: renewing it, the current one still used meanwhile')
       this.#renewAfter()
     }
-    const next = await new Promise<string | undefined>((resolve) => {
-      const timer = this.#clock.setTimeout(() => {
-        this.events.off('token', got)
-        resolve(undefined)
-      }, this.#o.waitMs)
-      const got = (): void => {
-        this.#clock.clearTimeout(timer)
-        resolve(this.#token?.accessToken)
-      }
-      this.events.once('token', got)
-    })
+    const next = await nextToken(this.events, this.#clock, this.#o.waitMs, () => this.#held.token?.accessToken)
     if (next === undefined || refused.has(next)) throw new GrantError('the token to exchange was refused, and no new one came in time: exchanging once it comes', 'rejected')
     return next
   }
@@ -319,12 +269,8 @@ export class TokenLifecycle implements Credential {
     // a grant stop() aborted may still have been answered: its session is the one to end
     await this.#inflight
     const late = this.#lateGrant
-    const held = late !== undefined
-      ? { refreshToken: late.refreshToken, accessToken: late.accessToken }
-      : { refreshToken: this.#refresh?.token, accessToken: this.#token?.accessToken }
-    this.#refresh = undefined
-    this.#token = undefined
-    this.#previous = undefined
+    const holding = this.#held.clear()
+    const held = late !== undefined ? { refreshToken: late.refreshToken, accessToken: late.accessToken } : holding
     this.#lateGrant = undefined
     const ended = await this.#source.endSession(held, timeoutMs)
     if (ended === undefined) return { outcome: 'skipped', detail: 'an exchanged token opens no session of its own: its subject credential\'s is ended' }
@@ -343,18 +289,9 @@ export class TokenLifecycle implements Credential {
       return
     }
     const now = this.#clock.now()
-    const replaced = this.#token
-    this.#previous = replaced?.authorization.certificate !== undefined && replaced.authorization.certificate !== set.certificate ? replaced : undefined
-    this.#token = { authorization: this.#authorizationFor(set.accessToken, set.certificate), accessToken: set.accessToken, receivedAt: now, lifetimeMs: set.expiresInMs, usableUntil: now + usableFor(set.expiresInMs) }
-    // a source that does not refresh (an exchange) renews by a new grant
-    this.#refresh = set.refreshToken === undefined || !this.#source.refreshes
-      ? undefined
-      : {
-          token: set.refreshToken,
-          usableUntil: set.refreshExpiresInMs === undefined ? undefined : now + usableFor(set.refreshExpiresInMs)
-        }
+    const token = this.#held.store(set, this.#authorizationFor(set.accessToken, set.certificate), now, this.#source.refreshes)
     // A token obtained on schedule starts over: its first 401 renews it at once.
-    if (this.#cause !== 'upstream_401') this.#rejections.reset()
+    if (this.#cause !== 'upstream_401') this.#upstream.reset()
 
     this.#o.log.info({
       event: 'token',
@@ -362,15 +299,13 @@ export class TokenLifecycle implements Credential {
       outcome: 'success',
       expiresIn: set.expiresInMs / 1000,
       refreshExpiresIn: set.refreshToken === undefined ? null : (set.refreshExpiresInMs ?? 0) / 1000,
-      ...(this.#failures > 0 && { failedAttempts: this.#failures }),
+      ...(this.#failures.count > 0 && { failedAttempts: this.#failures.count }),
       ...this.#tracing.grantIds(this)
-    }, this.#failures > 0 ? 'token obtained after failed attempts' : 'token obtained')
-    this.#failures = 0
-    this.#lastFailure = ''
-    this.#lastFailureKind = undefined
+    }, this.#failures.count > 0 ? 'token obtained after failed attempts' : 'token obtained')
+    this.#failures.end()
 
-    this.#arm(now + renewalDelay(set.expiresInMs, this.#random()), () => this.#renewNow())
-    this.#waiters.resolve(this.#token.authorization)
+    this.#alarm.set(now + renewalDelay(set.expiresInMs, this.#random()), () => this.#renewNow())
+    this.#waiters.resolve(token.authorization)
     this.events.emit('token')
   }
 
@@ -379,7 +314,7 @@ export class TokenLifecycle implements Credential {
     const dpop = this.#source.server.dpop
     return {
       header: `${this.#source.server.scheme} ${accessToken}`,
-      prove: dpop === undefined ? undefined : (method, url) => dpop.proof(method, url, { nonce: this.#upstreamNonce, accessToken }),
+      prove: dpop === undefined ? undefined : (method, url) => dpop.proof(method, url, { nonce: this.#upstream.nonce, accessToken }),
       ...(certificate !== undefined && { certificate })
     }
   }
@@ -388,37 +323,25 @@ export class TokenLifecycle implements Credential {
     const e = err instanceof GrantError ? err : new GrantError(String(err), 'transient')
     const step: Step = e.step ?? this.#source.grant
     const rejected = e.kind === 'rejected'
-    this.#lastFailureKind = classify(step, e)
-    // What will not change by itself, and what may each time have taken the
-    // credentials somewhere, is retried slowly: a refusal (the server's, or
-    // its metadata's of the configuration), a URL that is no token endpoint,
-    // a client credential that cannot be used. An outage is
-    // retried with backoff; so is an answer without a usable token (a
-    // glitch, often), its backoff growing to the slow pace, since each such
-    // answer may have opened a session.
-    const slow = e.kind === 'credential' || rejected || (step !== 'discovery' && e.kind === 'wrong_url')
-    const delay = slow
-      ? slowRetryDelay(this.#o.rejectedRetryMs, this.#random())
-      : backoffDelay({ minMs: this.#o.retryMinMs, maxMs: e.kind === 'unusable' ? this.#o.rejectedRetryMs : this.#o.retryMaxMs }, this.#failures, this.#random(), e.retryAfterMs)
-    this.#failures += 1
+    const delay = retryDelay(step, e, this.#failures.count, this.#o, this.#random())
+    const repeated = this.#failures.add(step, e)
 
     const fields = {
       event: step === 'discovery' ? 'discovery' : 'token',
       ...(step !== 'discovery' && { grant: step }),
       outcome: rejected ? 'rejected' : 'error',
       reason: this.#secrets.scrub(e.message),
-      attempt: this.#failures,
+      attempt: this.#failures.count,
       retryInMs: Math.round(delay),
       tokenValid: this.current() !== undefined,
       // a failure before any grant was sent (discovery's) has none of its own
       ...(step !== 'discovery' && this.#tracing.grantIds(this))
     }
-    logFailure(this.#o.log, step, e, fields, e.message === this.#lastFailure)
-    this.#lastFailure = e.message
+    logFailure(this.#o.log, step, e, fields, repeated)
     this.#o.log.debug({ event: fields.event, ...(step !== 'discovery' && { grant: step }), failure: e.kind, retryInMs: Math.round(delay) }, `${fields.event} request will be retried`)
 
     const retryAt = this.#clock.now() + delay
-    this.#arm(retryAt, () => this.#renewNow())
+    this.#alarm.set(retryAt, () => this.#renewNow())
     this.#retryAt = retryAt
     this.#waitingOnCue = rejected || e.kind === 'credential'
     this.#waiters.failBefore(retryAt)
@@ -426,20 +349,6 @@ export class TokenLifecycle implements Credential {
 
   #retryAfterSeconds (): number {
     return this.#retryAt === undefined ? 1 : secondsUntil(this.#retryAt - this.#clock.now())
-  }
-
-  /** Runs `fn` at `dueAt`, re-arming across the timer's 24.8-day limit. */
-  #arm (dueAt: number, fn: () => void): void {
-    this.#clock.clearTimeout(this.#timer)
-    const wait = (): void => {
-      const left = dueAt - this.#clock.now()
-      if (left > MAX_TIMER_MS) {
-        this.#timer = this.#clock.setTimeout(wait, MAX_TIMER_MS)
-      } else {
-        this.#timer = this.#clock.setTimeout(fn, Math.max(0, left))
-      }
-    }
-    wait()
   }
 }
 

@@ -6,15 +6,14 @@ import type { GrantTrace } from '../tracing/tracing.js'
 import type { SecretScrubber } from '../secrets.js'
 import type { ClientAuthenticator } from './client-auth.js'
 import type { Clock } from './clock.js'
-import { metadataUrl, wellKnownUrl } from '../config/auth.js'
-import { DPOP_ALGORITHMS } from '../config/schema.js'
-import type { DpopAlgorithm } from '../config/types.js'
-import { checkDiscovery, type Endpoints } from './discovery.js'
-import { DpopKey, dpopNonceOf, htuOf } from './dpop.js'
-import { ACCESS_TOKEN_TYPE, answerOf, checkTokenAnswer, GrantError, grantFields, oauthErrorOf, TOKEN_EXCHANGE, USABLE_ISSUED_TYPES, type Answer, type Fields, type GrantExtras, type TokenSet } from './grant.js'
+import { wellKnownUrl } from '../config/auth.js'
+import { AuthRequests, type AuthTls } from './auth-requests.js'
+import { AuthServerDpop } from './auth-server-dpop.js'
+import { fetchDiscovery, type Endpoints } from './discovery.js'
+import type { DpopKey } from './dpop.js'
+import { ACCESS_TOKEN_TYPE, answerOf, checkTokenAnswer, GrantError, grantFields, TOKEN_EXCHANGE, USABLE_ISSUED_TYPES, type Answer, type Fields, type GrantExtras, type TokenSet } from './grant.js'
 import { presentedCertificate, type AuthFetch } from './http.js'
 import { advised } from './advice.js'
-import { refusesCertificate } from '../tls/certificate.js'
 
 export interface OAuthClientOptions {
   /** undefined: the token endpoint comes from discovery (issuerUrl) */
@@ -35,7 +34,7 @@ export interface OAuthClientOptions {
   credentials: { read(): Promise<SecretValues> }
   fetch: AuthFetch
   /** AUTH_TLS_*: why the client certificate cannot be presented now, if it cannot; whether one is presented; the server's refusal of it just now */
-  tls?: { unusable(): string | undefined, readonly presents: boolean, refusal(): string | undefined }
+  tls?: AuthTls
   /** longest wait for one request */
   timeoutMs: number
   /** DPoP mode: every request carries a proof with this key, and tokens must be bound to it */
@@ -47,41 +46,35 @@ export interface OAuthClientOptions {
   secrets: SecretScrubber
 }
 
-export type RequestPurpose = 'token' | 'discovery' | 'logout'
-
 /**
  * The auth server as the token lifecycle sees it, on oauth4webapi:
  * discovery once, then grants sent to the token endpoint with the
  * credentials as they are at that moment, each bounded by TOKEN_TIMEOUT_MS,
  * each answer checked; the session ended at Keycloak's end-session endpoint
  * or by revocation. It decides nothing about when to send; every failure is
- * a GrantError.
+ * a GrantError. Each request is bounded by auth-requests.ts, and the DPoP
+ * key and nonce it proves them with are auth-server-dpop.ts's.
  */
 export class OAuthClient {
   readonly #o: OAuthClientOptions
   readonly #client: oauth.Client
   readonly #fetch: AuthFetch
-  #dpop: oauth.DPoPHandle | undefined
-  /** the DPoP key: the one given, or one of an algorithm the server offers (discovery) */
-  #dpopKey: DpopKey | undefined
+  /** the DPoP key (the one given, or one of an algorithm the server offers), its handle and the server's nonce */
+  readonly #dpop: AuthServerDpop
+  readonly #requests: AuthRequests
   /** undefined until discovery has named it */
   #tokenUrl: string | undefined
   /** what discovery found; undefined until it has run (or without AUTH_ISSUER_URL) */
   #endpoints: Endpoints | undefined
   /** the other Keycloak layout, until it has been tried */
   #alternateTokenUrl: string | undefined
-  /** the grant or discovery request in flight, aborted by stop() */
-  #abort: AbortController | undefined
-  /** the auth server's newest DPoP nonce, for the requests oauth4webapi does not prove itself */
-  #nonce: string | undefined
-  #stopped = false
 
   constructor (options: OAuthClientOptions) {
     this.#o = options
     this.#client = { client_id: options.clientId }
     this.#fetch = options.fetch
-    this.#dpop = options.dpop?.handle()
-    this.#dpopKey = options.dpop
+    this.#dpop = new AuthServerDpop(options.dpop)
+    this.#requests = new AuthRequests(options.clock, options.tls)
     this.#tokenUrl = options.tokenUrl
     this.#alternateTokenUrl = options.alternateTokenUrl
   }
@@ -113,18 +106,17 @@ export class OAuthClient {
 
   /** The scheme of the Authorization header the tokens go in. */
   get scheme (): 'DPoP' | 'Bearer' {
-    return this.#dpopKey === undefined ? 'Bearer' : 'DPoP'
+    return this.#dpop.key === undefined ? 'Bearer' : 'DPoP'
   }
 
   /** The DPoP key, in DPoP mode. */
   get dpop (): DpopKey | undefined {
-    return this.#dpopKey
+    return this.#dpop.key
   }
 
   /** Aborts the request in flight; nothing more is sent but the session ending. */
   stop (): void {
-    this.#stopped = true
-    this.#abort?.abort()
+    this.#requests.stop()
   }
 
   /**
@@ -138,29 +130,15 @@ export class OAuthClient {
     if (issuer === undefined || url === undefined) return undefined
     if (this.#endpoints !== undefined) return this.#endpoints
     const shorten = this.#shorten
-    // fetched from the URL as configured (AUTH_DISCOVERY_URL may be any
-    // address), not one derived from the issuer as oauth4webapi's
-    // discoveryRequest would; processDiscoveryResponse checks the document.
-    // The issuer's OpenID Connect document, when not there, gives way to its
-    // RFC 8414 metadata (OAuth-only servers publish just that); a document
-    // AUTH_DISCOVERY_URL names is the only one fetched.
-    const missing: string[] = []
-    let at = url
-    let endpoints: Endpoints | undefined
-    while (endpoints === undefined) {
-      const from = at
-      this.#o.log.debug({ event: 'discovery', url: from }, 'discovery request')
-      const res = await this.request('discovery', this.#o.timeoutMs, async (signal) => await this.#fetch(from, { method: 'GET', headers: { accept: 'application/json' }, signal }))
-      const answer = await answerOf(res)
-      const metadata = answer.status === 404 && missing.length === 0 && from === wellKnownUrl(issuer) ? metadataUrl(issuer) : undefined
-      if (metadata !== undefined) {
-        await res.body?.cancel().catch(() => {})
-        missing.push(from)
-        at = metadata
-      } else {
-        endpoints = await checkDiscovery({ issuer, url: from, missing }, answer, res, this.#tokenUrl, shorten, this.#o.tls?.presents === true)
-      }
-    }
+    const endpoints = await fetchDiscovery({
+      issuer,
+      url,
+      get: async (from) => await this.#requests.send('discovery', this.#o.timeoutMs, async (signal) => await this.#fetch(from, { method: 'GET', headers: { accept: 'application/json' }, signal })),
+      configuredTokenUrl: this.#tokenUrl,
+      shorten,
+      presentsCertificate: this.#o.tls?.presents === true,
+      log: this.#o.log
+    })
     await this.#offered(endpoints)
     this.#endpoints = endpoints
     this.#tokenUrl ??= endpoints.tokenUrl
@@ -190,20 +168,7 @@ export class OAuthClient {
     if (methods !== undefined && !methods.includes(method)) {
       endpoints.ignored.push(`AUTH_CLIENT_AUTH=${method} is not among the client authentication methods the auth server lists (token_endpoint_auth_methods_supported: ${this.#shorten(methods.join(', '), 300)}): the token endpoint may refuse the client`)
     }
-    const offered = endpoints.dpopAlgs
-    const key = this.#dpopKey
-    if (key === undefined || offered === undefined || offered.includes(key.alg)) return
-    const shown = this.#shorten(offered.join(', '), 300)
-    if (this.#o.dpopAlgSet === true) {
-      throw new GrantError(`discovery: AUTH_DPOP_ALG=${key.alg} is not among the DPoP algorithms the auth server offers (dpop_signing_alg_values_supported: ${shown}): set AUTH_DPOP_ALG to one of them, or unset it`, 'rejected', { status: 200 })
-    }
-    const chosen = (DPOP_ALGORITHMS as readonly DpopAlgorithm[]).find((alg) => offered.includes(alg))
-    if (chosen === undefined) {
-      throw new GrantError(`discovery: the auth server offers DPoP with ${shown} only (dpop_signing_alg_values_supported), none of which AUTH_DPOP_ALG can be (${DPOP_ALGORITHMS.join(', ')})`, 'rejected', { status: 200 })
-    }
-    this.#dpopKey = await DpopKey.generate(chosen)
-    this.#dpop = this.#dpopKey.handle()
-    this.#o.log.info({ event: 'discovery', dpopAlg: chosen }, `the auth server does not offer ${key.alg} for DPoP proofs: using a new ${chosen} key (AUTH_DPOP_ALG selects one)`)
+    await this.#dpop.offered(endpoints.dpopAlgs, this.#o.dpopAlgSet === true, this.#o.log, this.#shorten)
   }
 
   /**
@@ -259,7 +224,7 @@ export class OAuthClient {
       return await this.#post(grant, this.#tokenUrl ?? '', fields, creds, trace)
     } catch (err) {
       const alternate = this.#alternateTokenUrl
-      if (!(err instanceof GrantError) || err.kind !== 'wrong_url' || alternate === undefined || this.#stopped) throw err
+      if (!(err instanceof GrantError) || err.kind !== 'wrong_url' || alternate === undefined || this.#requests.stopped) throw err
       // Keycloak 17+ serves without /auth, older ones with it: the URL was
       // derived from AUTH_URL, so the other layout is tried, once.
       this.#alternateTokenUrl = undefined
@@ -293,15 +258,15 @@ export class OAuthClient {
     for (let attempt = 0; ; attempt++) {
       const auth = await this.#o.client.forRequest(creds, url)
       this.#o.log.debug({ event: 'token', grant, tokenUrl: url }, 'token request')
-      const res = await this.request('token', this.#o.timeoutMs, async (signal) =>
-        await oauth.genericTokenEndpointRequest(as, this.#client, auth, grant, fields, { ...this.#options(url, signal, trace), ...(this.#dpop !== undefined && { DPoP: this.#dpop }) }))
-      this.#noteNonce(res.headers.get('dpop-nonce'))
+      const res = await this.#requests.send('token', this.#o.timeoutMs, async (signal) =>
+        await oauth.genericTokenEndpointRequest(as, this.#client, auth, grant, fields, { ...this.#options(url, signal, trace), ...(this.#dpop.handle !== undefined && { DPoP: this.#dpop.handle }) }))
+      this.#dpop.noteNonce(res.headers.get('dpop-nonce'))
       this.#o.log.debug({ event: 'token', grant, status: res.status }, 'token endpoint answered')
       let set: TokenSet
       try {
         set = await checkTokenAnswer(res, async (answer) => await oauth.processGenericTokenEndpointResponse(as, this.#client, answer), this.#shorten)
       } catch (err) {
-        if (attempt === 0 && this.#dpop !== undefined && err instanceof GrantError && err.oauthError === 'use_dpop_nonce') {
+        if (attempt === 0 && this.#dpop.handle !== undefined && err instanceof GrantError && err.oauthError === 'use_dpop_nonce') {
           this.#o.log.debug({ event: 'token', purpose: 'token' }, 'the auth server asked for a DPoP nonce: sending again with it')
           continue
         }
@@ -310,10 +275,10 @@ export class OAuthClient {
         throw err
       }
       // a token the server did not bind to the key is not used, not even as a bearer token
-      if (this.#dpopKey !== undefined && set.tokenType.toLowerCase() !== 'dpop') {
+      if (this.#dpop.key !== undefined && set.tokenType.toLowerCase() !== 'dpop') {
         throw new GrantError(`the token endpoint answered with a ${set.tokenType} token, not a DPoP-bound one: turn on "Require DPoP bound tokens" for the client in Keycloak 26.4 or later (Advanced, Proof of Possession), or set AUTH_DPOP=false`, 'unusable', { status: 200 })
       }
-      if (this.#dpopKey === undefined && set.tokenType.toLowerCase() === 'dpop') {
+      if (this.#dpop.key === undefined && set.tokenType.toLowerCase() === 'dpop') {
         throw new GrantError('the token endpoint answered with a DPoP-bound token, which only works with its proof: set AUTH_DPOP=true, or turn off "Require DPoP bound tokens" for the client', 'unusable', { status: 200 })
       }
       const certificate = presentedCertificate(res)
@@ -329,12 +294,12 @@ export class OAuthClient {
       const headers = new Headers({ accept: 'application/json' })
       await auth(this.#metadata(this.#tokenUrl ?? url), this.#client, body, headers)
       headers.set('content-type', 'application/x-www-form-urlencoded;charset=UTF-8')
-      const proof = this.#proof(url)
+      const proof = this.#dpop.proof(url)
       if (proof !== undefined) headers.set('dpop', proof)
-      const res = await this.request('logout', timeoutMs, async (signal) => await this.#fetch(url, { method: 'POST', headers: Object.fromEntries(headers), body: body.toString(), signal }))
+      const res = await this.#requests.send('logout', timeoutMs, async (signal) => await this.#fetch(url, { method: 'POST', headers: Object.fromEntries(headers), body: body.toString(), signal }))
       return await answerOf(res)
     }
-    return await this.#provenOnce(send)
+    return await this.#dpop.provenOnce(send)
   }
 
   /** RFC 7009 revocation of one token at `url`. */
@@ -342,39 +307,15 @@ export class OAuthClient {
     const auth = await this.#authentication(this.#tokenUrl ?? url)
     const as = { ...this.#metadata(this.#tokenUrl ?? url), revocation_endpoint: url }
     const send = async (): Promise<Answer> => {
-      const proof = this.#proof(url)
-      const res = await this.request('logout', timeoutMs, async (signal) => await oauth.revocationRequest(as, this.#client, auth, token, {
+      const proof = this.#dpop.proof(url)
+      const res = await this.#requests.send('logout', timeoutMs, async (signal) => await oauth.revocationRequest(as, this.#client, auth, token, {
         ...this.#options(url, signal),
         additionalParameters: { token_type_hint: hint },
         ...(proof !== undefined && { headers: { dpop: proof } })
       }))
       return await answerOf(res)
     }
-    return await this.#provenOnce(send)
-  }
-
-  /** Sends once more, with the nonce, when the server asks for one (DPoP mode). */
-  async #provenOnce (send: () => Promise<Answer>): Promise<Answer> {
-    const answer = await send()
-    this.#noteNonce(answer.dpopNonce)
-    if (!this.#askedForNonce(answer)) return answer
-    const again = await send()
-    this.#noteNonce(again.dpopNonce)
-    return again
-  }
-
-  #proof (url: string): string | undefined {
-    return this.#dpopKey?.proof('POST', htuOf(url), { nonce: this.#nonce })
-  }
-
-  #askedForNonce (answer: Answer): boolean {
-    return this.#dpopKey !== undefined && answer.status === 400 && dpopNonceOf(answer.dpopNonce) !== undefined && oauthErrorOf(answer.body).error === 'use_dpop_nonce'
-  }
-
-  /** The server's newest nonce, for the proofs of the requests oauth4webapi does not prove itself (the session's end). */
-  #noteNonce (header: string | null | undefined): void {
-    const nonce = dpopNonceOf(header ?? undefined)
-    if (nonce !== undefined) this.#nonce = nonce
+    return await this.#dpop.provenOnce(send)
   }
 
   /**
@@ -408,46 +349,9 @@ export class OAuthClient {
   }
 
   readonly #shorten = (text: string, max: number): string => this.#o.secrets.shorten(text, max)
-
-  /**
-   * One request to the auth server, aborted after `timeoutMs`; a network
-   * error or timeout becomes a transient GrantError. Token and discovery
-   * requests are also aborted by stop(); the session ending, which runs
-   * after it, is not.
-   */
-  async request<T> (purpose: RequestPurpose, timeoutMs: number, send: (signal: AbortSignal) => Promise<T>): Promise<T> {
-    if (this.#stopped && purpose !== 'logout') throw new GrantError(`${purpose} request not sent: shutting down`, 'transient')
-    // an expired certificate is never shown: the request waits for the renewed file
-    const unusable = this.#o.tls?.unusable()
-    if (unusable !== undefined) throw new GrantError(unusable, 'credential')
-    const abort = new AbortController()
-    const tracked = purpose !== 'logout'
-    if (tracked) this.#abort = abort
-    const timer = this.#o.clock.setTimeout(() => abort.abort(), timeoutMs)
-    try {
-      return await send(abort.signal)
-    } catch (err) {
-      const refusal = this.#o.tls?.refusal()
-      const code = refusal ?? describeNetworkError(err)
-      const message = abort.signal.aborted
-        ? `${purpose} request timed out after ${timeoutMs} ms`
-        : refusesCertificate(code)
-          ? `${purpose} request failed: ${code}: the auth server refused the client certificate${this.#o.tls?.presents === true ? ' (AUTH_TLS_CERT_FILE: is its CA trusted there, and is it the client\'s?)' : '; it requires one: set AUTH_TLS_CERT_FILE and AUTH_TLS_KEY_FILE'}`
-          : `${purpose} request failed: ${code}`
-      throw new GrantError(message, 'transient', { cause: err })
-    } finally {
-      this.#o.clock.clearTimeout(timer)
-      if (tracked && this.#abort === abort) this.#abort = undefined
-    }
-  }
 }
 
 /** The issuer a token URL implies: Keycloak's realm (the URL without /protocol/openid-connect/token), else its origin. */
 export function issuerOf (tokenUrl: string): string {
   return /^(.*\/realms\/[^/]+)\/protocol\/openid-connect\/token$/.exec(tokenUrl)?.[1] ?? new URL(tokenUrl).origin
-}
-
-function describeNetworkError (err: unknown): string {
-  const e = err as { code?: string, message?: string, cause?: { code?: string } }
-  return e.code ?? e.cause?.code ?? e.message ?? 'unknown error'
 }

@@ -1,5 +1,7 @@
+import type { EventEmitter } from 'node:events'
 import { TokenUnavailableError } from '../errors.js'
 import type { Clock } from './clock.js'
+import type { CredentialEvents } from './credential.js'
 
 interface Waiter<T> {
   resolve: (value: T) => void
@@ -59,4 +61,19 @@ export class Waiters<T> {
       w.reject(new TokenUnavailableError(this.#retryAfterSeconds()))
     }
   }
+}
+
+/** What `read` gives once the credential holds its next token, or undefined when none comes within `waitMs`. */
+export function nextToken<T> (events: EventEmitter<CredentialEvents>, clock: Clock, waitMs: number, read: () => T): Promise<T | undefined> {
+  return new Promise<T | undefined>((resolve) => {
+    const timer = clock.setTimeout(() => {
+      events.off('token', got)
+      resolve(undefined)
+    }, waitMs)
+    const got = (): void => {
+      clock.clearTimeout(timer)
+      resolve(read())
+    }
+    events.once('token', got)
+  })
 }
