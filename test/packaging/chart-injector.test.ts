@@ -1,9 +1,9 @@
-import { spawnSync } from 'node:child_process'
+import { execFileSync, spawnSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { Ajv } from 'ajv'
 import type { Test } from 'tap'
 import { parse } from 'yaml'
-import { chart, helm, helmArgs, helmTest, render, validate, type K8sObject } from '../helpers/helm.js'
+import { chart, helm, helmArgs, helmTest, parseManifests, render, validate, type K8sObject } from '../helpers/helm.js'
 
 /**
  * The chart's injector values as Kubernetes gets them, rendered by Helm:
@@ -157,5 +157,65 @@ helmTest('the schema types the injector values, and helm lint passes with it on'
   const ciValues = parse(readFileSync(`${chart}/ci/test-values.yaml`, 'utf8')) as Record<string, any>
   t.ok(check({ ...values, ...ciValues, app: { ...values.app, ...ciValues.app }, injector: { ...values.injector, enabled: true, certManager: { ...values.injector.certManager, enabled: true } } }), JSON.stringify(check.errors))
   const lint = spawnSync(helm, ['lint', chart, '-f', `${chart}/ci/test-values.yaml`, ...WITH_CERT_MANAGER.flatMap((s) => ['--set', s])], { encoding: 'utf8' })
+  t.equal(lint.status, 0, lint.stdout + lint.stderr)
+})
+
+/** `helm template` of the chart with only `set` (no CI values): what a release of the injector alone passes. */
+const renderText = (args: string[]): string => execFileSync(helm, ['template', 't', chart, ...args], { encoding: 'utf8' })
+const sets = (set: string[]): string[] => set.flatMap((s) => ['--set', s])
+/** The rendered documents of the injector's templates, as text. */
+const injectorDocuments = (text: string): string[] => text.split(/^---\n/m).filter((d) => d.startsWith('# Source: auth-sidecar/templates/injector-'))
+const INJECTOR_ONLY = ['app.enabled=false']
+
+helmTest('app.enabled=false: only the injector\'s objects, each valid, and none of the application\'s values needed', async (t) => {
+  const withSecret = parseManifests(renderText(sets([...INJECTOR_ONLY, ...WITH_SECRET])))
+  await validateAll(t, withSecret)
+  t.same(withSecret.map((o) => o.kind).sort(), ['Deployment', 'MutatingWebhookConfiguration', 'PodDisruptionBudget', 'Service'])
+  t.same(injectorObjects(withSecret), withSecret, 'every object is the injector\'s')
+  t.equal(one(withSecret, 'Deployment').spec.template.spec.containers[0].image, 'ghcr.io/auth-sidecar/auth-sidecar:0.1.0', 'the image still from sidecar.image')
+
+  const withCertManager = parseManifests(renderText(sets([...INJECTOR_ONLY, ...WITH_CERT_MANAGER])))
+  await validateAll(t, withCertManager)
+  t.same(withCertManager.map((o) => o.kind).sort(), ['Certificate', 'Deployment', 'Issuer', 'MutatingWebhookConfiguration', 'PodDisruptionBudget', 'Service'])
+
+  // the application's values, given anyway, render nothing of it
+  const leftovers = parseManifests(renderText(['-f', `${chart}/ci/test-values.yaml`, ...sets([...INJECTOR_ONLY, ...WITH_SECRET, 'metrics.prometheusRule.enabled=true', 'forwardProxy.enabled=true', 'forwardProxy.ca.secretName=ca']), '--set-json', 'config={"LOG_LEVEL":"debug"}']))
+  t.same(leftovers.map((o) => o.kind).sort(), ['Deployment', 'MutatingWebhookConfiguration', 'PodDisruptionBudget', 'Service'], 'no Secret, ConfigMap, ServiceMonitor or PrometheusRule')
+  t.notOk(JSON.stringify(leftovers).includes('legacy-app'), 'nothing of the application')
+
+  t.equal(renderText(sets(INJECTOR_ONLY)).trim(), '', 'with the injector off too: nothing at all')
+})
+
+helmTest('app.enabled: true is the default, and the injector renders the same bytes with or without the application', async (t) => {
+  const ci = ['-f', `${chart}/ci/test-values.yaml`]
+  for (const set of [[], WITH_SECRET, WITH_CERT_MANAGER]) {
+    t.equal(renderText([...ci, ...sets([...set, 'app.enabled=true'])]), renderText([...ci, ...sets(set)]), `--set ${set.join(',') || '(none)'}: app.enabled=true changes nothing`)
+  }
+  for (const set of [WITH_SECRET, WITH_CERT_MANAGER]) {
+    const beside = injectorDocuments(renderText([...ci, ...sets(set)]))
+    t.ok(beside.length >= 4)
+    t.same(injectorDocuments(renderText([...ci, ...sets([...INJECTOR_ONLY, ...set])])), beside, 'the same documents, byte for byte')
+    t.same(injectorDocuments(renderText(sets([...INJECTOR_ONLY, ...set]))), beside, 'without the application\'s values too')
+  }
+})
+
+helmTest('the schema requires the application\'s values unless app.enabled is false', async (t) => {
+  for (const enabled of [[], ['app.enabled=true']]) {
+    const result = spawnSync(helm, ['template', 't', chart, ...sets([...enabled, ...WITH_SECRET])], { encoding: 'utf8' })
+    t.not(result.status, 0, `--set ${enabled.join(',') || '(app.enabled unset)'}: refused without the application's values`)
+    t.match(result.stderr, /\/app\/image\/repository/)
+    t.match(result.stderr, /\/sidecar\/env\/BASE_URL/)
+  }
+  const typo = spawnSync(helm, ['template', 't', chart, ...sets(['app.enabled=no', ...WITH_SECRET])], { encoding: 'utf8' })
+  t.not(typo.status, 0, 'app.enabled is a boolean: "no" is refused')
+  t.match(typo.stderr, /\/app\/enabled/)
+
+  const schema = JSON.parse(readFileSync(`${chart}/values.schema.json`, 'utf8')) as object
+  const values = parse(readFileSync(`${chart}/values.yaml`, 'utf8')) as Record<string, any>
+  const check = new Ajv({ allErrors: true, strict: false }).compile(schema)
+  t.equal(values.app.enabled, true, 'on by default')
+  t.notOk(check(values), 'the defaults alone: refused')
+  t.ok(check({ ...values, app: { ...values.app, enabled: false } }), JSON.stringify(check.errors))
+  const lint = spawnSync(helm, ['lint', chart, ...sets([...INJECTOR_ONLY, ...WITH_CERT_MANAGER])], { encoding: 'utf8' })
   t.equal(lint.status, 0, lint.stdout + lint.stderr)
 })
