@@ -91,7 +91,8 @@ t.test('a flood of bodies that are no Pod\'s AdmissionReview: each 400, the proc
 })
 
 t.test('SIGTERM: the reviews in progress finish, it says so, exits 0', async (t) => {
-  const { run } = await startInjector(t)
+  // no delay before the close: test/inject/shutdown-drain.test.ts has it
+  const { run } = await startInjector(t, { INJECT_SHUTDOWN_DELAY_MS: '0' })
   run.child.kill('SIGTERM')
   t.equal(await run.exited, 0)
   t.ok(run.stdout.some((l) => l.includes('"msg":"stopped"')))

@@ -51,6 +51,7 @@ helmTest('enabled with a Secret: Deployment, PodDisruptionBudget, Service and we
     INJECT_TLS_CERT_FILE: '/var/run/secrets/auth-sidecar-injector/tls.crt',
     INJECT_TLS_KEY_FILE: '/var/run/secrets/auth-sidecar-injector/tls.key',
     INJECT_IMAGE: 'ghcr.io/auth-sidecar/auth-sidecar:0.1.0',
+    INJECT_SHUTDOWN_DELAY_MS: '5000',
     LOG_LEVEL: 'info'
   })
   t.same(container.livenessProbe.httpGet, { path: '/healthz', port: 'https', scheme: 'HTTPS' })
@@ -218,4 +219,25 @@ helmTest('the schema requires the application\'s values unless app.enabled is fa
   t.ok(check({ ...values, app: { ...values.app, enabled: false } }), JSON.stringify(check.errors))
   const lint = spawnSync(helm, ['lint', chart, ...sets([...INJECTOR_ONLY, ...WITH_CERT_MANAGER])], { encoding: 'utf8' })
   t.equal(lint.status, 0, lint.stdout + lint.stderr)
+})
+
+helmTest('injector.shutdownDelayMs: the webhook\'s INJECT_SHUTDOWN_DELAY_MS, and a termination grace period that outlasts it and the close', async (t) => {
+  const { CLOSE_GRACE_MS } = await import('../../src/inject/shutdown.js')
+  const { DEFAULT_INJECT_SHUTDOWN_DELAY_MS } = await import('../../src/config/inject.js')
+  for (const [set, delayMs] of [[[], DEFAULT_INJECT_SHUTDOWN_DELAY_MS], [['injector.shutdownDelayMs=0'], 0], [['injector.shutdownDelayMs=1500'], 1500], [['injector.shutdownDelayMs=60000'], 60000]] as Array<[string[], number]>) {
+    const objects = render([...WITH_SECRET, ...set])
+    await validateAll(t, objects)
+    const pod = one(objects, 'Deployment').spec.template.spec
+    const env = Object.fromEntries(pod.containers[0].env.map((e: { name: string, value: string }) => [e.name, e.value]))
+    t.equal(env.INJECT_SHUTDOWN_DELAY_MS, String(delayMs), `${delayMs}: passed on`)
+    t.ok(pod.terminationGracePeriodSeconds * 1000 > delayMs + CLOSE_GRACE_MS, `${delayMs}: ${pod.terminationGracePeriodSeconds} s outlast the delay and the close`)
+  }
+  const refused = (set: string): string => {
+    const result = spawnSync(helm, helmArgs([...WITH_SECRET, set]), { encoding: 'utf8' })
+    t.not(result.status, 0, `--set ${set}: refused`)
+    return result.stderr
+  }
+  t.match(refused('injector.shutdownDelayMs=60001'), /shutdownDelayMs/)
+  t.match(refused('injector.shutdownDelayMs=-1'), /shutdownDelayMs/)
+  t.match(refused('injector.shutdownDelayMs=1.5'), /shutdownDelayMs/)
 })
