@@ -11,6 +11,14 @@ import type { LogLevel } from './types.js'
 export const DEFAULT_INJECT_HOST = '0.0.0.0'
 export const DEFAULT_INJECT_PORT = 8443
 export const DEFAULT_INJECT_LOG_LEVEL: LogLevel = 'info'
+/**
+ * How long /mutate is still served after SIGTERM while /readyz answers 503:
+ * the API server keeps calling a pod until the endpoints it knows are
+ * updated, and with failurePolicy Fail a review that finds no server fails
+ * the pod's creation.
+ */
+export const DEFAULT_INJECT_SHUTDOWN_DELAY_MS = 5_000
+export const MAX_INJECT_SHUTDOWN_DELAY_MS = 60_000
 
 export interface InjectConfig {
   host: string
@@ -20,6 +28,8 @@ export interface InjectConfig {
   keyFile: string
   /** the sidecar image put into the pods */
   image: string
+  /** how long reviews are still served after SIGTERM before the server closes; 0 for not at all */
+  shutdownDelayMs: number
   logLevel: LogLevel
 }
 
@@ -30,6 +40,7 @@ export const INJECT_VARIABLES: ReadonlyArray<{ name: string, description: string
   { name: 'INJECT_TLS_CERT_FILE', description: 'its serving certificate (PEM), read again when the file changes' },
   { name: 'INJECT_TLS_KEY_FILE', description: 'the certificate\'s private key (PEM, unencrypted)' },
   { name: 'INJECT_IMAGE', description: 'the auth-sidecar image injected into the pods' },
+  { name: 'INJECT_SHUTDOWN_DELAY_MS', description: `after SIGTERM, how long /mutate is still served while /readyz answers 503 (0 to ${MAX_INJECT_SHUTDOWN_DELAY_MS}; 0: none; a second signal ends it)`, default: String(DEFAULT_INJECT_SHUTDOWN_DELAY_MS) },
   { name: 'LOG_LEVEL', description: 'pino log level', default: DEFAULT_INJECT_LOG_LEVEL }
 ]
 
@@ -60,9 +71,15 @@ export function readInjectConfig (env: NodeJS.ProcessEnv, cwd = process.cwd()): 
   const keyFile = required('INJECT_TLS_KEY_FILE', 'the serving certificate\'s private key (PEM)')
   const image = required('INJECT_IMAGE', 'the auth-sidecar image to inject')
   if (image !== '' && !IMAGE.test(image)) problems.push('INJECT_IMAGE must be an image reference (registry/name:tag or @digest)')
+  const delayText = value('INJECT_SHUTDOWN_DELAY_MS')
+  let shutdownDelayMs = DEFAULT_INJECT_SHUTDOWN_DELAY_MS
+  if (delayText !== undefined) {
+    shutdownDelayMs = Number(delayText)
+    if (!/^\d+$/.test(delayText) || shutdownDelayMs > MAX_INJECT_SHUTDOWN_DELAY_MS) problems.push(`INJECT_SHUTDOWN_DELAY_MS must be a whole number of milliseconds from 0 to ${MAX_INJECT_SHUTDOWN_DELAY_MS}`)
+  }
   const logLevel = (value('LOG_LEVEL') ?? DEFAULT_INJECT_LOG_LEVEL) as LogLevel
   if (!LOG_LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`)
 
   if (problems.length > 0) throw new ConfigError(problems)
-  return { host: value('INJECT_HOST') ?? DEFAULT_INJECT_HOST, port, certFile: resolve(cwd, certFile), keyFile: resolve(cwd, keyFile), image, logLevel }
+  return { host: value('INJECT_HOST') ?? DEFAULT_INJECT_HOST, port, certFile: resolve(cwd, certFile), keyFile: resolve(cwd, keyFile), image, shutdownDelayMs, logLevel }
 }

@@ -1,5 +1,4 @@
 import { parseArgs } from 'node:util'
-import closeWithGrace from 'close-with-grace'
 import { argumentProblem } from '../arguments.js'
 import { readInjectConfig } from '../config/inject.js'
 import { ConfigError, TlsFileError } from '../errors.js'
@@ -7,10 +6,8 @@ import { createLogger } from '../logger.js'
 import { VERSION } from '../version.js'
 import { ServingCertificate } from './serving-certificate.js'
 import { buildWebhook } from './server.js'
+import { shutDownOnSignal } from './shutdown.js'
 import { injectUsage } from './usage.js'
-
-/** How long in-flight reviews may finish after SIGTERM; the API server waits at most 30 s for one. */
-const SHUTDOWN_GRACE_MS = 10_000
 
 /**
  * `node dist/main.js inject`: the admission webhook, until SIGTERM. Resolves
@@ -47,17 +44,14 @@ export async function runInject (env: NodeJS.ProcessEnv, args: string[]): Promis
     return 1
   }
   const webhook = buildWebhook({ image: config.image, tls: certificate.pem, log })
-  const closed = new Promise<number>((resolve) => {
-    closeWithGrace({ delay: SHUTDOWN_GRACE_MS, logger: { error: (msg: unknown) => log.error({ detail: String(msg) }, 'shutdown') } }, async ({ signal, err }) => {
-      if (err !== undefined) log.error({ err }, 'unexpected error: shutting down')
-      else log.info({ signal }, 'shutting down: finishing the reviews in progress')
-      webhook.stopping()
+  const closed = shutDownOnSignal({
+    delayMs: config.shutdownDelayMs,
+    log,
+    stopping: () => { webhook.stopping() },
+    close: async () => {
       certificate.close()
       await webhook.app.close()
-      log.info({}, 'stopped')
-      log.flush()
-      resolve(0)
-    })
+    }
   })
   try {
     await webhook.app.listen({ host: config.host, port: config.port })

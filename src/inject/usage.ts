@@ -3,7 +3,8 @@ import { ANNOTATIONS } from './annotations.js'
 
 /** `inject --help`. */
 export function injectUsage (): string {
-  const rows = INJECT_VARIABLES.map((v) => `  ${v.name.padEnd(22)} ${v.description}${v.default !== undefined ? ` (default ${v.default})` : ' (required)'}`)
+  const width = Math.max(...INJECT_VARIABLES.map((v) => v.name.length))
+  const rows = INJECT_VARIABLES.map((v) => `  ${v.name.padEnd(width)}  ${v.description}${v.default !== undefined ? ` (default ${v.default})` : ' (required)'}`)
   return `auth-sidecar inject: a Kubernetes mutating admission webhook (admission.k8s.io/v1)
 that adds the auth-sidecar to pods annotated ${ANNOTATIONS.inject}: "true".
 

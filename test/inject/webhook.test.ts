@@ -9,6 +9,9 @@ import { INJECTED_IMAGE, logLine, startInjector } from '../helpers/injector.js'
  */
 const OPT_IN = { 'auth-sidecar.io/inject': 'true', 'auth-sidecar.io/config': 'orders-sidecar' }
 const JSON_TYPE = { 'content-type': 'application/json' }
+const TOO_LARGE = '9 MiB'
+/** How a client sees a connection the server closed while the body was still being sent. */
+const UPLOAD_CUT = ['EPIPE', 'ECONNRESET']
 
 t.test('POST /mutate answers with the same uid, allowed, and a JSONPatch that makes a valid injected Pod', async (t) => {
   const { url, ca, run } = await startInjector(t)
@@ -63,22 +66,33 @@ t.test('a flood of bodies that are no Pod\'s AdmissionReview: each 400, the proc
     ['text/plain', { headers: { 'content-type': 'text/plain' }, body: JSON.stringify(good) }],
     ['no content type', { body: JSON.stringify(good) }],
     ['form data', { headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'a=b' }],
-    ['9 MiB', { headers: JSON_TYPE, body: Buffer.alloc(9 * 1024 * 1024, 0x20) }]
+    [TOO_LARGE, { headers: JSON_TYPE, body: Buffer.alloc(9 * 1024 * 1024, 0x20) }]
   ]
   for (let round = 0; round < 5; round++) {
-    const answers = await Promise.all(bad.map(async ([, o]) => await httpsRequest(`${url}/mutate`, ca, { method: 'POST', ...o }).catch((err: Error) => ({ status: 0, body: err.message }))))
-    answers.forEach((res, i) => { if (round === 0) t.equal(res.status, 400, `${bad[i]![0]}: 400`) })
-    if (round === 0) t.match(JSON.parse(answers[7]!.body), { error: 'bad_request', message: 'request.uid is missing' }, 'the message names the field')
+    const answers = await Promise.all(bad.map(async ([, o]) => await httpsRequest(`${url}/mutate`, ca, { method: 'POST', ...o }).catch((err: NodeJS.ErrnoException) => ({ status: 0, body: err.message, code: err.code }))))
+    if (round > 0) continue
+    answers.forEach((res, i) => {
+      const [name] = bad[i]!
+      // the server may answer 400 and close while the client is still sending a body past the limit: the client then sees the connection cut instead
+      if (name === TOO_LARGE && res.status === 0) t.ok('code' in res && UPLOAD_CUT.includes(String(res.code)), `${name}: the connection closed before the upload ended (${res.body})`)
+      else t.equal(res.status, 400, `${name}: 400`)
+    })
+    t.match(JSON.parse(answers[7]!.body), { error: 'bad_request', message: 'request.uid is missing' }, 'the message names the field')
   }
   t.equal(run.child.exitCode, null, 'still running')
-  const res = await httpsRequest(`${url}/mutate`, ca, { method: 'POST', headers: JSON_TYPE, body: JSON.stringify(good) })
+  const pod = podOf(OPT_IN)
+  const review = reviewOf(pod)
+  const res = await httpsRequest(`${url}/mutate`, ca, { method: 'POST', headers: JSON_TYPE, body: JSON.stringify(review) })
   t.equal(res.status, 200)
-  t.equal(JSON.parse(res.body).response.uid, good.request.uid)
+  const answer = JSON.parse(res.body)
+  t.match(answer, { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', response: { uid: review.request.uid, allowed: true, patchType: 'JSONPatch' } }, 'a valid AdmissionReview')
+  t.doesNotThrow(() => { validatePod(applyPatch(pod, patchOf(answer)!)) }, 'whose patch makes a valid Pod')
   t.equal((await httpsRequest(`${url}/mutate`, ca)).status, 404, 'GET /mutate: nothing there')
 })
 
 t.test('SIGTERM: the reviews in progress finish, it says so, exits 0', async (t) => {
-  const { run } = await startInjector(t)
+  // no delay before the close: test/inject/shutdown-drain.test.ts has it
+  const { run } = await startInjector(t, { INJECT_SHUTDOWN_DELAY_MS: '0' })
   run.child.kill('SIGTERM')
   t.equal(await run.exited, 0)
   t.ok(run.stdout.some((l) => l.includes('"msg":"stopped"')))

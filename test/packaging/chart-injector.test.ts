@@ -1,9 +1,9 @@
-import { spawnSync } from 'node:child_process'
+import { execFileSync, spawnSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { Ajv } from 'ajv'
 import type { Test } from 'tap'
 import { parse } from 'yaml'
-import { chart, helm, helmArgs, helmTest, render, validate, type K8sObject } from '../helpers/helm.js'
+import { chart, helm, helmArgs, helmTest, parseManifests, render, validate, type K8sObject } from '../helpers/helm.js'
 
 /**
  * The chart's injector values as Kubernetes gets them, rendered by Helm:
@@ -51,6 +51,7 @@ helmTest('enabled with a Secret: Deployment, PodDisruptionBudget, Service and we
     INJECT_TLS_CERT_FILE: '/var/run/secrets/auth-sidecar-injector/tls.crt',
     INJECT_TLS_KEY_FILE: '/var/run/secrets/auth-sidecar-injector/tls.key',
     INJECT_IMAGE: 'ghcr.io/auth-sidecar/auth-sidecar:0.1.0',
+    INJECT_SHUTDOWN_DELAY_MS: '5000',
     LOG_LEVEL: 'info'
   })
   t.same(container.livenessProbe.httpGet, { path: '/healthz', port: 'https', scheme: 'HTTPS' })
@@ -158,4 +159,85 @@ helmTest('the schema types the injector values, and helm lint passes with it on'
   t.ok(check({ ...values, ...ciValues, app: { ...values.app, ...ciValues.app }, injector: { ...values.injector, enabled: true, certManager: { ...values.injector.certManager, enabled: true } } }), JSON.stringify(check.errors))
   const lint = spawnSync(helm, ['lint', chart, '-f', `${chart}/ci/test-values.yaml`, ...WITH_CERT_MANAGER.flatMap((s) => ['--set', s])], { encoding: 'utf8' })
   t.equal(lint.status, 0, lint.stdout + lint.stderr)
+})
+
+/** `helm template` of the chart with only `set` (no CI values): what a release of the injector alone passes. */
+const renderText = (args: string[]): string => execFileSync(helm, ['template', 't', chart, ...args], { encoding: 'utf8' })
+const sets = (set: string[]): string[] => set.flatMap((s) => ['--set', s])
+/** The rendered documents of the injector's templates, as text. */
+const injectorDocuments = (text: string): string[] => text.split(/^---\n/m).filter((d) => d.startsWith('# Source: auth-sidecar/templates/injector-'))
+const INJECTOR_ONLY = ['app.enabled=false']
+
+helmTest('app.enabled=false: only the injector\'s objects, each valid, and none of the application\'s values needed', async (t) => {
+  const withSecret = parseManifests(renderText(sets([...INJECTOR_ONLY, ...WITH_SECRET])))
+  await validateAll(t, withSecret)
+  t.same(withSecret.map((o) => o.kind).sort(), ['Deployment', 'MutatingWebhookConfiguration', 'PodDisruptionBudget', 'Service'])
+  t.same(injectorObjects(withSecret), withSecret, 'every object is the injector\'s')
+  t.equal(one(withSecret, 'Deployment').spec.template.spec.containers[0].image, 'ghcr.io/auth-sidecar/auth-sidecar:0.1.0', 'the image still from sidecar.image')
+
+  const withCertManager = parseManifests(renderText(sets([...INJECTOR_ONLY, ...WITH_CERT_MANAGER])))
+  await validateAll(t, withCertManager)
+  t.same(withCertManager.map((o) => o.kind).sort(), ['Certificate', 'Deployment', 'Issuer', 'MutatingWebhookConfiguration', 'PodDisruptionBudget', 'Service'])
+
+  // the application's values, given anyway, render nothing of it
+  const leftovers = parseManifests(renderText(['-f', `${chart}/ci/test-values.yaml`, ...sets([...INJECTOR_ONLY, ...WITH_SECRET, 'metrics.prometheusRule.enabled=true', 'forwardProxy.enabled=true', 'forwardProxy.ca.secretName=ca']), '--set-json', 'config={"LOG_LEVEL":"debug"}']))
+  t.same(leftovers.map((o) => o.kind).sort(), ['Deployment', 'MutatingWebhookConfiguration', 'PodDisruptionBudget', 'Service'], 'no Secret, ConfigMap, ServiceMonitor or PrometheusRule')
+  t.notOk(JSON.stringify(leftovers).includes('legacy-app'), 'nothing of the application')
+
+  t.equal(renderText(sets(INJECTOR_ONLY)).trim(), '', 'with the injector off too: nothing at all')
+})
+
+helmTest('app.enabled: true is the default, and the injector renders the same bytes with or without the application', async (t) => {
+  const ci = ['-f', `${chart}/ci/test-values.yaml`]
+  for (const set of [[], WITH_SECRET, WITH_CERT_MANAGER]) {
+    t.equal(renderText([...ci, ...sets([...set, 'app.enabled=true'])]), renderText([...ci, ...sets(set)]), `--set ${set.join(',') || '(none)'}: app.enabled=true changes nothing`)
+  }
+  for (const set of [WITH_SECRET, WITH_CERT_MANAGER]) {
+    const beside = injectorDocuments(renderText([...ci, ...sets(set)]))
+    t.ok(beside.length >= 4)
+    t.same(injectorDocuments(renderText([...ci, ...sets([...INJECTOR_ONLY, ...set])])), beside, 'the same documents, byte for byte')
+    t.same(injectorDocuments(renderText(sets([...INJECTOR_ONLY, ...set]))), beside, 'without the application\'s values too')
+  }
+})
+
+helmTest('the schema requires the application\'s values unless app.enabled is false', async (t) => {
+  for (const enabled of [[], ['app.enabled=true']]) {
+    const result = spawnSync(helm, ['template', 't', chart, ...sets([...enabled, ...WITH_SECRET])], { encoding: 'utf8' })
+    t.not(result.status, 0, `--set ${enabled.join(',') || '(app.enabled unset)'}: refused without the application's values`)
+    t.match(result.stderr, /\/app\/image\/repository/)
+    t.match(result.stderr, /\/sidecar\/env\/BASE_URL/)
+  }
+  const typo = spawnSync(helm, ['template', 't', chart, ...sets(['app.enabled=no', ...WITH_SECRET])], { encoding: 'utf8' })
+  t.not(typo.status, 0, 'app.enabled is a boolean: "no" is refused')
+  t.match(typo.stderr, /\/app\/enabled/)
+
+  const schema = JSON.parse(readFileSync(`${chart}/values.schema.json`, 'utf8')) as object
+  const values = parse(readFileSync(`${chart}/values.yaml`, 'utf8')) as Record<string, any>
+  const check = new Ajv({ allErrors: true, strict: false }).compile(schema)
+  t.equal(values.app.enabled, true, 'on by default')
+  t.notOk(check(values), 'the defaults alone: refused')
+  t.ok(check({ ...values, app: { ...values.app, enabled: false } }), JSON.stringify(check.errors))
+  const lint = spawnSync(helm, ['lint', chart, ...sets([...INJECTOR_ONLY, ...WITH_CERT_MANAGER])], { encoding: 'utf8' })
+  t.equal(lint.status, 0, lint.stdout + lint.stderr)
+})
+
+helmTest('injector.shutdownDelayMs: the webhook\'s INJECT_SHUTDOWN_DELAY_MS, and a termination grace period that outlasts it and the close', async (t) => {
+  const { CLOSE_GRACE_MS } = await import('../../src/inject/shutdown.js')
+  const { DEFAULT_INJECT_SHUTDOWN_DELAY_MS } = await import('../../src/config/inject.js')
+  for (const [set, delayMs] of [[[], DEFAULT_INJECT_SHUTDOWN_DELAY_MS], [['injector.shutdownDelayMs=0'], 0], [['injector.shutdownDelayMs=1500'], 1500], [['injector.shutdownDelayMs=60000'], 60000]] as Array<[string[], number]>) {
+    const objects = render([...WITH_SECRET, ...set])
+    await validateAll(t, objects)
+    const pod = one(objects, 'Deployment').spec.template.spec
+    const env = Object.fromEntries(pod.containers[0].env.map((e: { name: string, value: string }) => [e.name, e.value]))
+    t.equal(env.INJECT_SHUTDOWN_DELAY_MS, String(delayMs), `${delayMs}: passed on`)
+    t.ok(pod.terminationGracePeriodSeconds * 1000 > delayMs + CLOSE_GRACE_MS, `${delayMs}: ${pod.terminationGracePeriodSeconds} s outlast the delay and the close`)
+  }
+  const refused = (set: string): string => {
+    const result = spawnSync(helm, helmArgs([...WITH_SECRET, set]), { encoding: 'utf8' })
+    t.not(result.status, 0, `--set ${set}: refused`)
+    return result.stderr
+  }
+  t.match(refused('injector.shutdownDelayMs=60001'), /shutdownDelayMs/)
+  t.match(refused('injector.shutdownDelayMs=-1'), /shutdownDelayMs/)
+  t.match(refused('injector.shutdownDelayMs=1.5'), /shutdownDelayMs/)
 })

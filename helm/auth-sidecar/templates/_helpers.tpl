@@ -33,6 +33,15 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/*
+Whether this chart renders its own application with the sidecar beside it:
+anything but app.enabled false does, as values.schema.json then requires
+the application's values.
+*/}}
+{{- define "auth-sidecar.appEnabled" -}}
+{{- if ne (toString .Values.app.enabled) "false" }}true{{ end }}
+{{- end }}
+
 {{/* The Secret holding the credentials: the user's, or the one this chart makes. */}}
 {{- define "auth-sidecar.secretName" -}}
 {{- if .Values.credentials.existingSecret }}
