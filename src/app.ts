@@ -80,7 +80,7 @@ export interface App {
  */
 export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   const { logger } = deps
-  const secrets = egressSecrets(config)
+  const secrets = egressSecrets(config.egress)
   const tls = new TlsFileSets(logger.child({ component: 'tls' }), config.extraCaFile)
   const tracing = deps.tracing ?? NO_TRACING
   const credentials = new CredentialRegistry({ config, tls, secrets, clock: deps.clock ?? systemClock, log: logger, tracing, ...(deps.fetch !== undefined && { fetch: deps.fetch }) })
@@ -120,7 +120,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     const { ForwardProxy } = await import('./forward/proxy.js')
     const ca = settings.ca === undefined ? undefined : await ForwardCa.load(settings.ca, logger.child({ component: 'forward' }))
     const proxy = new ForwardProxy({
-      config,
+      upstream: config.upstream,
       settings,
       ca,
       routes,
@@ -260,7 +260,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
  * ADMIN_MAX_CONNECTIONS) within the file descriptor limit, which the upstream
  * pools and the auth server need too; says so when the limit lowered them.
  */
-function boundListeners (config: Config, deps: AppDeps, logger: pino.Logger, metrics: Metrics, proxies: Array<[string, Listener]>, admin: FastifyInstance): void {
+function boundListeners (config: Pick<Config, 'bounds' | 'routes' | 'upstream'>, deps: AppDeps, logger: pino.Logger, metrics: Metrics, proxies: Array<[string, Listener]>, admin: FastifyInstance): void {
   const limit = deps.descriptorLimit === undefined ? descriptorLimit() : deps.descriptorLimit ?? undefined
   const asked = { proxy: config.bounds.proxyConnections, admin: config.bounds.adminConnections }
   const fitted = fitConnections({ ...asked, proxyListeners: proxies.length, upstreamConnections: config.routes.length * config.upstream.connections, limit })
@@ -274,9 +274,9 @@ function boundListeners (config: Config, deps: AppDeps, logger: pino.Logger, met
 }
 
 /** A scrubber that knows the egress proxy's credentials from the start: they are in its URL, not in a secret file. */
-function egressSecrets (config: Config): SecretScrubber {
+function egressSecrets (egress: Config['egress']): SecretScrubber {
   const secrets = new SecretScrubber()
-  for (const proxyUrl of [config.egress.httpProxy, config.egress.httpsProxy]) {
+  for (const proxyUrl of [egress.httpProxy, egress.httpsProxy]) {
     if (proxyUrl === undefined) continue
     const { username, password } = new URL(proxyUrl)
     secrets.add(decodeURIComponent(password))

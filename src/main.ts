@@ -2,7 +2,7 @@ import { parseArgs } from 'node:util'
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
 import { argumentProblem } from './arguments.js'
-import { readConfiguration, type Config } from './config/load.js'
+import { defaultRouteOf, readConfiguration, type Config } from './config/load.js'
 import { ConfigError, ListenError, TlsFileError } from './errors.js'
 import { createLogger } from './logger.js'
 import { runCheck } from './check/run.js'
@@ -47,7 +47,7 @@ try {
 }
 
 // SIGHUP reloads the configuration; until the sidecar is built there is nothing to reload, and it must not end the process
-let reloading: ConfigReloader | undefined
+let reloading: ConfigReloader<Config> | undefined
 process.on('SIGHUP', () => { void reloading?.reload('SIGHUP') })
 
 const logger = createLogger(config.logLevel)
@@ -103,12 +103,15 @@ closeWithGrace({
 
 try {
   const { proxy, admin, routes, forward } = await app.listen()
+  // the start line describes the default route at the top level, the named ones under `routes`
+  const byDefault = defaultRouteOf(config)
+  const auth = byDefault.credential.auth
   logger.info({
     version: VERSION,
     proxy: `${proxy.address}:${proxy.port}`,
     admin: `${admin.address}:${admin.port}`,
     ...(forward !== undefined && { forwardProxy: `${forward.address}:${forward.port}` }),
-    upstream: config.upstream.origin + config.upstream.basePath,
+    upstream: byDefault.origin + byDefault.basePath,
     ...(config.routes.length > 1 && {
       routes: Object.fromEntries(config.routes.slice(1).map((r) => [r.name, {
         upstream: r.origin + r.basePath,
@@ -117,12 +120,12 @@ try {
     }),
     ...(config.tracing !== undefined && { tracing: config.tracing.exporter }),
     ...(config.file !== undefined && { configFile: config.file.path, ...(config.file.overridden.length > 0 && { overriddenByEnvironment: config.file.overridden }) }),
-    authMode: config.auth.mode,
-    ...(config.auth.mode === 'oauth2' && {
-      grantType: config.auth.grantType,
-      ...(config.auth.tokenUrl !== undefined && { tokenUrl: config.auth.tokenUrl }),
-      ...(config.auth.issuerUrl !== undefined && { issuerUrl: config.auth.issuerUrl }),
-      clientId: config.auth.clientId
+    authMode: auth.mode,
+    ...(auth.mode === 'oauth2' && {
+      grantType: auth.grantType,
+      ...(auth.tokenUrl !== undefined && { tokenUrl: auth.tokenUrl }),
+      ...(auth.issuerUrl !== undefined && { issuerUrl: auth.issuerUrl }),
+      clientId: auth.clientId
     })
   }, 'auth-sidecar listening')
   reloader.watch()

@@ -4,12 +4,15 @@ import { ConfigError } from './errors.js'
 import type { Applied } from './route-set.js'
 import { watchFiles } from './config/watched-files.js'
 
-export interface ReloaderOptions {
+/** What the reloader reads of a configuration: where its file is, every variable as set, its warnings. */
+export type ReloadedConfig = Pick<Config, 'file' | 'variables' | 'warnings'>
+
+export interface ReloaderOptions<C extends ReloadedConfig> {
   /** the configuration in use */
-  config: Config
+  config: C
   /** reads the configuration again (the environment, CONFIG_FILE, .env) */
-  read: () => Promise<Config>
-  apply: (next: Config) => Promise<Applied>
+  read: () => Promise<C>
+  apply: (next: C) => Promise<Applied>
   count: (outcome: 'applied' | 'rejected') => void
   log: pino.Logger
 }
@@ -23,15 +26,15 @@ export interface ReloaderOptions {
  * applied; its log line names the routes added, removed and changed, and
  * the settings that wait for a restart.
  */
-export class ConfigReloader {
-  readonly #o: ReloaderOptions
-  #config: Config
+export class ConfigReloader<C extends ReloadedConfig> {
+  readonly #o: ReloaderOptions<C>
+  #config: C
   #running: Promise<void> = Promise.resolve()
   #again: string | undefined
   #busy = false
   #unwatch: (() => void) | undefined
 
-  constructor (o: ReloaderOptions) {
+  constructor (o: ReloaderOptions<C>) {
     this.#o = o
     this.#config = o.config
   }
@@ -69,7 +72,7 @@ export class ConfigReloader {
   async #reload (why: string): Promise<void> {
     const { log } = this.#o
     const file = this.#config.file?.path
-    let next: Config
+    let next: C
     try {
       next = await this.#o.read()
     } catch (err) {
@@ -103,7 +106,7 @@ export class ConfigReloader {
   }
 }
 
-function sameVariables (a: Config, b: Config): boolean {
+function sameVariables (a: ReloadedConfig, b: ReloadedConfig): boolean {
   const names = new Set([...Object.keys(a.variables), ...Object.keys(b.variables)])
   for (const name of names) if (a.variables[name] !== b.variables[name]) return false
   return true

@@ -1,7 +1,7 @@
-import type { Config, RouteConfig } from './config/load.js'
+import { defaultRouteOf, type Config, type RouteConfig } from './config/load.js'
 import type { ForwardProxy } from './forward/proxy.js'
 import type { Listener } from './proxy/server.js'
-import { Route, type RouteDeps } from './route.js'
+import { Route, type RouteDeps, type RouteSettings } from './route.js'
 import { credentialKey, type HeldCredential } from './token/registry.js'
 
 /** What a new configuration changed, by route name, and the settings that wait for a restart. */
@@ -24,13 +24,16 @@ const AT_START = [
   'FORWARD_PROXY_PORT', 'FORWARD_PROXY_CA_CERT_FILE', 'FORWARD_PROXY_CA_KEY_FILE', 'FORWARD_PROXY_ALLOW'
 ]
 
+/** What the route set reads of a configuration: the routes, the settings they share, and the variables a restart would change. */
+export type RouteSetConfig = RouteSettings & Pick<Config, 'routes' | 'variables'>
+
 export interface RouteSetOptions {
   /** PROXY_PORT's listener: the default route and the routes with a path */
   main: Listener
   /** the listeners of the routes with a port of their own, by route name */
   own: Map<string, Listener>
   /** what a route is made with; its `config` is the version in use */
-  deps: RouteDeps
+  deps: RouteDeps<RouteSetConfig>
 }
 
 /**
@@ -44,9 +47,9 @@ export interface RouteSetOptions {
  */
 export class RouteSet {
   #routes: Route[]
-  #config: Config
+  #config: RouteSetConfig
   /** the configuration the listeners were opened with: what a restart would change is measured from it */
-  readonly #started: Config
+  readonly #started: RouteSetConfig
   /** routes left out that still have requests in progress; their credentials are still held */
   readonly #retiring = new Set<Route>()
   readonly #o: RouteSetOptions
@@ -96,7 +99,7 @@ export class RouteSet {
    * once. Resolves with the routes made, before the old ones have closed;
    * `retired` is told of each old one once its requests are done.
    */
-  async apply (next: Config, retired: (route: Route) => void): Promise<{ applied: Applied, made: Route[] }> {
+  async apply (next: RouteSetConfig, retired: (route: Route) => void): Promise<{ applied: Applied, made: Route[] }> {
     const restart = AT_START.filter((name) => this.#started.variables[name] !== next.variables[name])
     const current = new Map(this.#routes.map((route) => [route.name, route]))
     const deps = { ...this.#o.deps, config: next }
@@ -172,7 +175,12 @@ export class RouteSet {
   }
 }
 
-/** A route's identity: its settings, its credential's, and those every route shares. */
-function routeKey (route: RouteConfig, config: Config): string {
-  return JSON.stringify([route, credentialKey(route.credential, config), config.upstream, config.egress, config.proxy.websocketMaxMessageBytes])
+/**
+ * A route's identity: its settings, its credential's, and those every
+ * route shares, which include the default route's BASE_URL: a new one
+ * makes every route anew.
+ */
+function routeKey (route: RouteConfig, config: RouteSetConfig): string {
+  const { origin, basePath } = defaultRouteOf(config)
+  return JSON.stringify([route, credentialKey(route.credential, config), { origin, basePath, ...config.upstream }, config.egress, config.proxy.websocketMaxMessageBytes])
 }

@@ -11,7 +11,7 @@ import type { Tracing } from './tracing/tracing.js'
 import { UpstreamSlots } from './proxy/upstream-slots.js'
 import { TlsDispatcher } from './tls/dispatchers.js'
 import type { ConnectTls, TlsFiles, TlsFileSets } from './tls/files.js'
-import type { CredentialRegistry, HeldCredential } from './token/registry.js'
+import type { CredentialRegistry, CredentialSettings, HeldCredential } from './token/registry.js'
 
 /**
  * The longest an upstream's announced keep-alive is honoured: under the idle
@@ -28,9 +28,15 @@ export interface CertificateInUse {
   files: TlsFiles
 }
 
+/**
+ * What every route shares of the configuration: its credential's settings,
+ * UPSTREAM_*, the egress proxy and WEBSOCKET_MAX_MESSAGE_BYTES.
+ */
+export type RouteSettings = CredentialSettings & Pick<Config, 'upstream'> & { proxy: Pick<Config['proxy'], 'websocketMaxMessageBytes'> }
+
 /** What the routes share: the settings, the credentials and TLS files, the proxy's events and log. */
-export interface RouteDeps {
-  config: Config
+export interface RouteDeps<C extends RouteSettings = RouteSettings> {
+  config: C
   credentials: CredentialRegistry
   tls: TlsFileSets
   events: EventEmitter<ProxyEvents>
@@ -145,7 +151,7 @@ export class Route {
 }
 
 /** A route's upstream pool, and the connector it shares with the route's WebSocket handshakes; verifies TLS. */
-function upstreamConnections (config: Config, origin: string, tls: ConnectTls, onTlsError: (code: string) => void): UpstreamConnection {
+function upstreamConnections (config: Pick<Config, 'upstream' | 'egress'>, origin: string, tls: ConnectTls, onTlsError: (code: string) => void): UpstreamConnection {
   const { upstream } = config
   const connect = originConnector(config.egress, origin, tls, onTlsError)
   const dispatcher = new Pool(origin, {

@@ -1,11 +1,12 @@
 import { decodeJwt } from 'jose'
-import type { Config } from '../config/load.js'
+import { defaultRouteOf, type Config, type CredentialAuth, type RouteConfig } from '../config/load.js'
 import { GrantError, type TokenSet } from '../token/grant.js'
 
 /** What `check` says of the configuration, a token, or a failure: human text, nothing secret. */
 
-export function describeConfig (config: Config): string {
-  const routes = config.routes.slice(1).map((route) => {
+export function describeConfig (routes: readonly RouteConfig[]): string {
+  const byDefault = defaultRouteOf({ routes })
+  const described = routes.slice(1).map((route) => {
     const where = route.port !== undefined ? `port ${route.port}` : `path ${route.path}`
     const c = route.credential
     const token = c.exchange !== undefined
@@ -13,10 +14,10 @@ export function describeConfig (config: Config): string {
       : c.name === route.name ? `its own credential: ${describeAuth(c.auth)}` : `route ${c.name}'s credential`
     return `route ${route.name} on ${where} to ${route.origin + route.basePath}, ${token}`
   })
-  return [`${describeAuth(config.auth)}, upstream ${config.upstream.origin + config.upstream.basePath}`, ...routes].join('; ')
+  return [`${describeAuth(byDefault.credential.auth)}, upstream ${byDefault.origin + byDefault.basePath}`, ...described].join('; ')
 }
 
-function describeAuth (auth: Config['auth']): string {
+function describeAuth (auth: CredentialAuth): string {
   if (auth.mode === 'basic') return 'basic mode'
   const endpoint = auth.tokenUrl !== undefined ? `token URL ${auth.tokenUrl}` : `issuer ${auth.issuerUrl ?? ''}`
   const params = auth.params.length === 0 ? '' : `, extra parameters ${auth.params.map(([n]) => n).join(', ')}`
@@ -86,10 +87,14 @@ export function payloadOf (token: string): Record<string, unknown> | undefined {
 const TLS_CODES = /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER|ERR_TLS|ERR_SSL|EPROTO/
 const NETWORK_CODES = /ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ECONNRESET|UND_ERR_CONNECT_TIMEOUT|UND_ERR_SOCKET|timed out|upstream_unreachable|upstream_timeout|UND_ERR_HEADERS_TIMEOUT/
 
-/** What to change, for a failed step: credentials, URLs, TLS trust or the egress proxy. */
-export function advice (failure: unknown, config: Config, side: 'auth' | 'upstream'): string {
+/**
+ * What to change, for a failed step: credentials, URLs, TLS trust or the
+ * egress proxy. `auth`: the settings whose AUTH_ISSUER_URL tells a failed
+ * discovery (its message says what to change) from a wrong token URL.
+ */
+export function advice (failure: unknown, egress: Config['egress'], side: 'auth' | 'upstream', auth?: CredentialAuth): string {
   const message = failure instanceof Error ? failure.message : String(failure)
-  const proxy = config.egress.httpsProxy !== undefined || config.egress.httpProxy !== undefined
+  const proxy = egress.httpsProxy !== undefined || egress.httpProxy !== undefined
   if (/client certificate/.test(message)) return ''
   if (TLS_CODES.test(message)) {
     return `. TLS trust: the server's certificate is not trusted here; give its CA with ${side === 'auth' ? 'AUTH_TLS_CA_FILE' : 'UPSTREAM_TLS_CA_FILE'}=/path/ca.pem, or to Node.js with NODE_EXTRA_CA_CERTS=/path/ca.pem in the environment (not in .env)`
@@ -97,7 +102,7 @@ export function advice (failure: unknown, config: Config, side: 'auth' | 'upstre
   // a refusal's message already names what to change, as the log says it
   if (failure instanceof GrantError && failure.kind === 'rejected') return ''
   if (failure instanceof GrantError && failure.kind === 'wrong_url') {
-    return config.auth.mode === 'oauth2' && config.auth.issuerUrl !== undefined && /^discovery/.test(message)
+    return auth?.mode === 'oauth2' && auth.issuerUrl !== undefined && /^discovery/.test(message)
       ? ''
       : '. Check AUTH_URL and AUTH_REALM, or set AUTH_ISSUER_URL or AUTH_TOKEN_URL'
   }

@@ -4,7 +4,7 @@ import type { Readable } from 'node:stream'
 import { Writable } from 'node:stream'
 import { buildApp, type App } from '../app.js'
 import { argumentProblem } from '../arguments.js'
-import { readConfiguration, type Config, type CredentialConfig } from '../config/load.js'
+import { defaultRouteOf, readConfiguration, type Config, type CredentialConfig } from '../config/load.js'
 import type { HeldCredential } from '../token/registry.js'
 import { metadataUrl, wellKnownUrl } from '../config/auth.js'
 import { errorBody, ERRORS, type ErrorCode } from '../errors.js'
@@ -78,7 +78,7 @@ export async function runCheck (env: NodeJS.ProcessEnv, args: string[], write: (
     write(`FAIL configuration: ${err.problems.join('; ')}\n`)
     return CHECK_EXIT.configuration
   }
-  write(`ok   configuration: ${describeConfig(config)}\n`)
+  write(`ok   configuration: ${describeConfig(config.routes)}\n`)
   if (config.file !== undefined) write(`     file: ${config.file.path}${config.file.overridden.length === 0 ? '' : `; the environment overrides its ${config.file.overridden.join(', ')}`}\n`)
   for (const warning of config.warnings) write(`     note: ${warning}\n`)
 
@@ -97,13 +97,18 @@ export async function runCheck (env: NodeJS.ProcessEnv, args: string[], write: (
 
 type Say = (status: 'ok' | 'FAIL' | 'skip', step: string, text: string) => void
 
+/** What the steps read of the configuration: the routes, and the settings their requests are bounded and routed by. */
+type CheckSettings = Pick<Config, 'routes' | 'egress' | 'token' | 'upstream'>
+
 /**
  * Every credential's discovery and grant (or exchange), each route's
  * upstream, every session ended; the exit code is the first failing
  * step's. With named routes each line names its route.
  */
-async function steps (app: App, config: Config, args: CheckArgs, say: Say): Promise<number> {
+async function steps (app: App, config: CheckSettings, args: CheckArgs, say: Say): Promise<number> {
   const named = config.routes.length > 1
+  // a failed discovery is told from a wrong token URL by the default route's AUTH_ISSUER_URL
+  const adviceAuth = defaultRouteOf(config).credential.auth
   const of = (step: string, route: string): string => named ? `${step} (route ${route})` : step
   // each credential once, with the first route that uses it
   const credentials = new Map<CredentialConfig, HeldCredential>()
@@ -163,7 +168,7 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
         const issuer = url === wellKnownUrl(c.auth.issuerUrl) || url === metadataUrl(c.auth.issuerUrl) ? '' : `issuer ${endpoints?.issuer ?? ''}, `
         say('ok', of('discovery', c.name), `${url}: ${issuer}${found.join(', ')}`)
       } catch (err) {
-        say('FAIL', of('discovery', c.name), `${(err as Error).message}${advice(err, config, 'auth')}`)
+        say('FAIL', of('discovery', c.name), `${(err as Error).message}${advice(err, config.egress, 'auth', adviceAuth)}`)
         failed(CHECK_EXIT.discovery)
         continue
       }
@@ -181,7 +186,7 @@ async function steps (app: App, config: Config, args: CheckArgs, say: Say): Prom
       if (bound.failed) failed(CHECK_EXIT.grant)
       usable.add(c)
     } catch (err) {
-      say('FAIL', of(step, c.name), `${(err as Error).message}${advice(err, config, 'auth')}`)
+      say('FAIL', of(step, c.name), `${(err as Error).message}${advice(err, config.egress, 'auth', adviceAuth)}`)
       failed(CHECK_EXIT.grant)
     }
   }
@@ -222,7 +227,7 @@ const REFUSES_REQUEST = new Set([407, 408, 413, 414, 431])
  * (a login page's, typically) proves nothing of the token and fails, as do
  * 5xx and the 4xx that refuse the request itself.
  */
-async function upstreamStep (app: App, route: Route, config: Config, args: CheckArgs, say: Say, step: string): Promise<number> {
+async function upstreamStep (app: App, route: Route, config: Pick<Config, 'upstream' | 'egress'>, args: CheckArgs, say: Say, step: string): Promise<number> {
   const { origin, basePath, path: prefix, name, credential: c } = route.config
   const target = `${origin}${basePath}${args.path === '/' && basePath !== '' ? '' : args.path}`
   const failures: UpstreamError[] = []
@@ -257,7 +262,7 @@ async function upstreamStep (app: App, route: Route, config: Config, args: Check
   }
   if (own === 'upstream_unreachable' || own === 'upstream_timeout') {
     const code = failures.at(-1)?.code ?? own
-    say('FAIL', step, `${args.method} ${target}: the sidecar answered ${res.statusCode} ${own} (${code})${advice(code, config, 'upstream')}`)
+    say('FAIL', step, `${args.method} ${target}: the sidecar answered ${res.statusCode} ${own} (${code})${advice(code, config.egress, 'upstream')}`)
     return CHECK_EXIT.upstream
   }
   if (own !== undefined) {

@@ -1,13 +1,13 @@
 import { byCertificate, clientAuthSettings } from './client-auth.js'
 import { tlsNames, tlsPaths } from './tls.js'
 import type { VariableName } from './schema.js'
-import type { ClientAuth, Config, DpopAlgorithm, PrimaryGrant } from './types.js'
+import type { ClientAuth, CredentialAuth, CredentialSources, DpopAlgorithm, PrimaryGrant } from './types.js'
 import { credentialSource, parseHttpUrl, tokenParams, type Raw } from './values.js'
 
 /** One credential's settings: how its token is obtained, and where its secrets come from. */
 export interface AuthSettings {
-  auth: Config['auth']
-  credentials: Config['credentials']
+  auth: CredentialAuth
+  credentials: CredentialSources
 }
 
 /**
@@ -42,7 +42,7 @@ export function parseAuth (raw: Raw, data: Record<string, unknown>, cwd: string,
       : 'AUTH_CLIENT_SECRET (or AUTH_CLIENT_SECRET_FILE) is required by the client_credentials grant: a confidential client with "Service accounts roles" on (or a signed client assertion: AUTH_CLIENT_AUTH=private_key_jwt or federated_jwt)')
   }
 
-  let auth: Config['auth'] = { mode: 'basic' }
+  let auth: CredentialAuth = { mode: 'basic' }
   if (mode === 'oauth2') {
     let tokenUrl = parseHttpUrl('AUTH_TOKEN_URL', str('AUTH_TOKEN_URL'), problems, false)?.href
     let alternateTokenUrl: string | undefined

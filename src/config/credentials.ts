@@ -1,6 +1,6 @@
 import { watchFiles } from './watched-files.js'
 import { readSecretFile } from './secret-file.js'
-import type { Config, CredentialSource } from './types.js'
+import type { CredentialSource, CredentialSources } from './types.js'
 
 /** The secret values of a credential as they are at one moment, from the environment or their files. */
 export interface SecretValues {
@@ -28,7 +28,7 @@ const NAMES = ['username', 'password', 'clientSecret', 'clientKey', 'clientAsser
  * told once, naming the variable and the file.
  */
 export class CredentialStore {
-  readonly #sources: Config['credentials']
+  readonly #sources: CredentialSources
   readonly #warn: (message: string) => void
   readonly #last = new Map<string, string>()
   /** the problem last told for each file, until it is readable again */
@@ -37,7 +37,7 @@ export class CredentialStore {
   #listener: (() => void) | undefined
   #unwatch: (() => void) | undefined
 
-  constructor (sources: Config['credentials'], warn: (message: string) => void) {
+  constructor (sources: CredentialSources, warn: (message: string) => void) {
     this.#sources = sources
     this.#warn = warn
     this.#files = Object.values(sources).flatMap((s: CredentialSource | undefined) => (s?.file ? [s.file] : []))

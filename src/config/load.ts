@@ -12,8 +12,9 @@ import type { Config, CredentialConfig, LogLevel, RouteConfig } from './types.js
 import { egressProxy, parseHttpUrl, plainWords, readDotenv, type Raw, type SchemaError } from './values.js'
 import { ConfigError } from './errors.js'
 
-export type { ClientAuth, Config, CredentialConfig, CredentialSource, DpopAlgorithm, LogLevel, OAuth2Settings, PrimaryGrant, RouteConfig, TlsPaths, TracingSettings } from './types.js'
+export type { ClientAuth, Config, CredentialAuth, CredentialConfig, CredentialSource, CredentialSources, DpopAlgorithm, LogLevel, OAuth2Settings, PrimaryGrant, RouteConfig, TlsPaths, TracingSettings, UpstreamSettings } from './types.js'
 export { RESERVED_PARAMS } from './values.js'
+export { defaultRouteOf } from './routes.js'
 
 export interface LoadOptions {
   /** directory whose `.env` is read; the process's working directory by default */
@@ -140,15 +141,11 @@ export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): 
 
   return {
     upstream: {
-      origin: upstream.origin,
-      basePath: upstream.pathname.replace(/\/+$/, ''),
       timeoutMs: num('UPSTREAM_TIMEOUT_MS'),
       idleTimeoutMs: num('UPSTREAM_IDLE_TIMEOUT_MS'),
       connections: num('UPSTREAM_CONNECTIONS'),
       keepAliveMs: num('UPSTREAM_KEEPALIVE_MS')
     },
-    auth,
-    credentials,
     token: {
       timeoutMs: num('TOKEN_TIMEOUT_MS'),
       waitMs: num('TOKEN_WAIT_MS'),

@@ -289,3 +289,8 @@ function nearestRouteVariable (variable: string, names: string[]): string | unde
   }
   return best !== undefined && bestDistance <= Math.max(3, Math.floor(variable.length / 6)) ? best : undefined
 }
+
+/** The default route (BASE_URL, and the AUTH_* settings no route names): the first of every configuration's routes. */
+export function defaultRouteOf (config: { readonly routes: readonly RouteConfig[] }): RouteConfig {
+  return config.routes[0]!
+}

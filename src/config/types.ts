@@ -28,6 +28,18 @@ export interface CredentialSource {
   file?: string
 }
 
+/** Where each of one credential's secrets comes from; absent: not used by its grant and client authentication. */
+export interface CredentialSources {
+  /** absent with client_credentials */
+  username?: CredentialSource
+  password?: CredentialSource
+  clientSecret?: CredentialSource
+  /** private_key_jwt: the key file */
+  clientKey?: CredentialSource
+  /** federated_jwt: the assertion file */
+  clientAssertion?: CredentialSource
+}
+
 export interface OAuth2Settings {
   mode: 'oauth2'
   /** undefined: it comes from discovery (issuerUrl) */
@@ -60,6 +72,9 @@ export interface OAuth2Settings {
   tls?: TlsPaths
 }
 
+/** How a credential's token is obtained (AUTH_MODE=oauth2), or that it is Basic credentials sent as they are. */
+export type CredentialAuth = OAuth2Settings | { mode: 'basic' }
+
 /**
  * One credential: how its token is obtained and where its secrets come
  * from. Routes that share one hold the same object.
@@ -67,8 +82,8 @@ export interface OAuth2Settings {
 export interface CredentialConfig {
   /** the route whose settings define it: `default` for the default route's */
   name: string
-  auth: OAuth2Settings | { mode: 'basic' }
-  sources: Config['credentials']
+  auth: CredentialAuth
+  sources: CredentialSources
   /** its token is obtained by token exchange (RFC 8693) of `subject`'s */
   exchange?: { subject: CredentialConfig, audience: string, scope?: string }
 }
@@ -107,28 +122,16 @@ export interface ForwardSettings {
   allow: AllowPattern[]
 }
 
+/** What every route's upstream connections share (UPSTREAM_*); where each route goes is its own (RouteConfig). */
+export interface UpstreamSettings {
+  timeoutMs: number
+  idleTimeoutMs: number
+  connections: number
+  keepAliveMs: number
+}
+
 export interface Config {
-  upstream: {
-    /** `scheme://host[:port]`, the only origin the token is ever sent to */
-    origin: string
-    /** path prefix of BASE_URL without its trailing slash; '' for none */
-    basePath: string
-    timeoutMs: number
-    idleTimeoutMs: number
-    connections: number
-    keepAliveMs: number
-  }
-  auth: OAuth2Settings | { mode: 'basic' }
-  credentials: {
-    /** absent with client_credentials */
-    username?: CredentialSource
-    password?: CredentialSource
-    clientSecret?: CredentialSource
-    /** private_key_jwt: the key file */
-    clientKey?: CredentialSource
-    /** federated_jwt: the assertion file */
-    clientAssertion?: CredentialSource
-  }
+  upstream: UpstreamSettings
   token: {
     timeoutMs: number
     waitMs: number
@@ -143,7 +146,7 @@ export interface Config {
   logLevel: LogLevel
   accessLog: boolean
   shutdownGraceMs: number
-  /** every route, the default route first */
+  /** every route, the default route first: its BASE_URL and AUTH_* settings are routes[0]'s */
   routes: RouteConfig[]
   /** corporate egress proxy (HTTPS_PROXY, HTTP_PROXY, NO_PROXY, any case), for the upstream and the auth server */
   egress: { httpProxy?: string, httpsProxy?: string, noProxy?: string }

@@ -4,8 +4,7 @@ import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Agent } from 'undici'
-import type { Config } from '../config/load.js'
-import type { ForwardSettings } from '../config/types.js'
+import type { ForwardSettings, UpstreamSettings } from '../config/types.js'
 import { ERRORS, type ErrorCode } from '../errors.js'
 import type { Route, RouteDeps } from '../route.js'
 import type { AccessLine } from '../proxy/access-log.js'
@@ -30,7 +29,8 @@ interface Asked {
 }
 
 export interface ForwardProxyOptions {
-  config: Config
+  /** UPSTREAM_*: the bounds of what it passes on untouched and of its tunnels */
+  upstream: UpstreamSettings
   settings: ForwardSettings
   /** the CA of the intercepted https origins; undefined when no route is https */
   ca: ForwardCa | undefined
@@ -87,11 +87,11 @@ export class ForwardProxy {
         onConnect: (req, socket, head) => this.#connect(req, socket, head)
       }
     })
-    this.#allowed = allowedAgent(o.settings.allow, o.config.upstream, o.ownPorts, o.lookup)
+    this.#allowed = allowedAgent(o.settings.allow, o.upstream, o.ownPorts, o.lookup)
     const { events, log } = o.listener
     this.#interception = { ca: o.ca, headersTimeoutMs: o.listener.headersTimeoutMs ?? HEADERS_TIMEOUT_MS, log }
-    this.#untouched = { timeouts: o.config.upstream, admission: this.listener.admission, events, log }
-    this.#tunnelling = { upstream: o.config.upstream, events, log, ownPorts: o.ownPorts, lookup: o.lookup, tunnels: this.#tunnels }
+    this.#untouched = { timeouts: o.upstream, admission: this.listener.admission, events, log }
+    this.#tunnelling = { upstream: o.upstream, events, log, ownPorts: o.ownPorts, lookup: o.lookup, tunnels: this.#tunnels }
   }
 
   /** Serves `routes` (from now on; the first ones by default) for the requests to their BASE_URLs. */

@@ -17,6 +17,9 @@ import type { TokenSource } from './source.js'
 import type { TlsFiles, TlsFileSets } from '../tls/files.js'
 import type { Tracing } from '../tracing/tracing.js'
 
+/** What every credential shares of the configuration: TOKEN_* and the egress proxy. */
+export type CredentialSettings = Pick<Config, 'token' | 'egress'>
+
 /** One credential and what it is made of. */
 interface Held {
   config: CredentialConfig
@@ -30,7 +33,7 @@ interface Held {
   /** the connections to the auth server it made */
   connections: TlsDispatcher[]
   /** the settings every credential shares, as it was made with */
-  global: Config
+  global: CredentialSettings
   /** TOKEN_TIMEOUT_MS as it was made with, for ending its session */
   timeoutMs: number
   /** an exchange's subject, by its key */
@@ -42,7 +45,7 @@ interface Held {
  * (TOKEN_*, the egress proxy). A new configuration with the same keeps the
  * credential, and so its token.
  */
-export function credentialKey (config: CredentialConfig, global: Pick<Config, 'token' | 'egress'>): string {
+export function credentialKey (config: CredentialConfig, global: CredentialSettings): string {
   const { name: _name, ...settings } = config
   return JSON.stringify([settings, global.token, global.egress])
 }
@@ -59,7 +62,8 @@ export type HeldCredential = TokenLifecycle | BasicCredential
 
 /** What the credentials share: the settings, the TLS files, the scrubber, time, the log. */
 export interface CredentialDeps {
-  config: Config
+  /** the settings of the configuration in use, for the credentials `of` makes without others */
+  config: CredentialSettings
   tls: TlsFileSets
   secrets: SecretScrubber
   clock: Clock
@@ -105,7 +109,7 @@ export class CredentialRegistry {
    * credential (TOKEN_*, the egress proxy): the one made before for the
    * same settings, or a new one, started when the others are.
    */
-  async of (config: CredentialConfig, global: Config = this.#deps.config): Promise<HeldCredential> {
+  async of (config: CredentialConfig, global: CredentialSettings = this.#deps.config): Promise<HeldCredential> {
     const key = credentialKey(config, global)
     const held = this.#held.get(key)
     if (held !== undefined) return held.credential
@@ -183,14 +187,14 @@ export class CredentialRegistry {
    * trusting what `tls` says (Node's defaults without), and its last
    * refusal of the certificate.
    */
-  #http (tls: TlsFiles | undefined, global: Config, connections: TlsDispatcher[]): { fetch: AuthFetch, refusal: () => string | undefined } {
+  #http (tls: TlsFiles | undefined, global: CredentialSettings, connections: TlsDispatcher[]): { fetch: AuthFetch, refusal: () => string | undefined } {
     if (this.#deps.fetch !== undefined) return { fetch: this.#deps.fetch, refusal: () => undefined }
     const made = new TlsDispatcher((connect, onTlsError) => ({ dispatcher: createDispatcher(global.egress, { connections: 2, keepAliveTimeout: 4_000, maxResponseSize: MAX_ANSWER_BYTES }, connect, onTlsError) }), tls)
     connections.push(made)
     return { fetch: authFetch(made), refusal: () => made.refusal() }
   }
 
-  async #make (config: CredentialConfig, global: Config): Promise<Held> {
+  async #make (config: CredentialConfig, global: CredentialSettings): Promise<Held> {
     const { clock, secrets } = this.#deps
     const log = this.#deps.log.child({ component: 'token', ...(config.name !== 'default' && { route: config.name }) })
     const exchange = config.exchange
@@ -208,7 +212,7 @@ export class CredentialRegistry {
         log,
         secrets
       })
-      const manager = this.#lifecycle(source, config.name, log, clock, secrets, global)
+      const manager = this.#lifecycle(source, config.name, log, clock, secrets, global.token)
       // the exchange is made with its subject's certificate
       if (tls?.certificate !== undefined) tls.on('change', () => manager.certificateChanged())
       return { ...held, credential: manager, subject: subjectKey }
@@ -246,21 +250,21 @@ export class CredentialRegistry {
       secrets
       })
     }
-    const manager = this.#lifecycle(new OwnGrants({ server: made(held.connections), credentials: store, clock, log, secrets }), config.name, log, clock, secrets, global)
+    const manager = this.#lifecycle(new OwnGrants({ server: made(held.connections), credentials: store, clock, log, secrets }), config.name, log, clock, secrets, global.token)
     if (tls?.certificate !== undefined) tls.on('change', () => manager.certificateChanged())
     return { ...held, store, credential: manager, client: made, tls }
   }
 
-  #lifecycle (source: TokenSource, route: string, log: pino.Logger, clock: Clock, secrets: SecretScrubber, config: Config): TokenLifecycle {
+  #lifecycle (source: TokenSource, route: string, log: pino.Logger, clock: Clock, secrets: SecretScrubber, token: Config['token']): TokenLifecycle {
     return new TokenLifecycle({
       source,
       route,
       ...(this.#deps.tracing !== undefined && { tracing: this.#deps.tracing }),
       log,
-      waitMs: config.token.waitMs,
-      retryMinMs: config.token.retryMinMs,
-      retryMaxMs: config.token.retryMaxMs,
-      rejectedRetryMs: config.token.rejectedRetryMs,
+      waitMs: token.waitMs,
+      retryMinMs: token.retryMinMs,
+      retryMaxMs: token.retryMaxMs,
+      rejectedRetryMs: token.rejectedRetryMs,
       clock,
       secrets
     })

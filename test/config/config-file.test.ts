@@ -55,7 +55,7 @@ routes:
     PORT: 0
 `)
   const config = load({ CONFIG_FILE: path })
-  t.equal(config.upstream.origin, 'http://orders.internal')
+  t.equal(config.routes[0]!.origin, 'http://orders.internal')
   t.equal(config.upstream.timeoutMs, 2500, 'a number')
   t.equal(config.accessLog, false, 'a boolean')
   t.same(config.forward?.allow.map((p) => p.host), ['pypi.org', 'github.com'], 'a list')

@@ -27,8 +27,8 @@ function problems (env: NodeJS.ProcessEnv, cwd = '/nonexistent'): readonly strin
 
 t.test('defaults and derived values', async (t) => {
   const c = loadConfig(minimal, { cwd: '/nonexistent' })
-  t.same(c.upstream, { origin: 'https://api.internal', basePath: '/v2', timeoutMs: 30000, idleTimeoutMs: 300000, connections: 128, keepAliveMs: 4000 })
-  t.same(c.auth, {
+  t.same({ origin: c.routes[0]!.origin, basePath: c.routes[0]!.basePath, ...c.upstream }, { origin: 'https://api.internal', basePath: '/v2', timeoutMs: 30000, idleTimeoutMs: 300000, connections: 128, keepAliveMs: 4000 })
+  t.same(c.routes[0]!.credential.auth, {
     mode: 'oauth2',
     tokenUrl: 'https://sso.internal/auth/realms/service-realm/protocol/openid-connect/token',
     alternateTokenUrl: 'https://sso.internal/realms/service-realm/protocol/openid-connect/token',
@@ -49,9 +49,9 @@ t.test('defaults and derived values', async (t) => {
 
 t.test('AUTH_TOKEN_URL overrides the derived URL (Keycloak 17+ without /auth)', async (t) => {
   const c = loadConfig({ ...minimal, AUTH_URL: undefined, AUTH_TOKEN_URL: 'https://kc/realms/r/protocol/openid-connect/token' }, { cwd: '/x' })
-  t.equal(c.auth.mode === 'oauth2' && c.auth.tokenUrl, 'https://kc/realms/r/protocol/openid-connect/token')
+  t.equal(c.routes[0]!.credential.auth.mode === 'oauth2' && c.routes[0]!.credential.auth.tokenUrl, 'https://kc/realms/r/protocol/openid-connect/token')
   const realm = loadConfig({ ...minimal, AUTH_REALM: 'other' }, { cwd: '/x' })
-  t.match(realm.auth, { tokenUrl: 'https://sso.internal/auth/realms/other/protocol/openid-connect/token' })
+  t.match(realm.routes[0]!.credential.auth, { tokenUrl: 'https://sso.internal/auth/realms/other/protocol/openid-connect/token' })
 })
 
 t.test('every problem is reported at once, naming each variable, echoing no value', async (t) => {
@@ -93,21 +93,21 @@ t.test('bad URLs are named without echoing them', async (t) => {
 
 t.test('basic mode needs no token endpoint', async (t) => {
   const c = loadConfig({ BASE_URL: 'http://u', AUTH_MODE: 'basic', AUTH_USERNAME: 'a', AUTH_PASSWORD: 'b' }, { cwd: '/x' })
-  t.same(c.auth, { mode: 'basic' })
+  t.same(c.routes[0]!.credential.auth, { mode: 'basic' })
 })
 
 t.test('an empty variable counts as unset', async (t) => {
   const c = loadConfig({ ...minimal, AUTH_CLIENT_SECRET: '', LOG_LEVEL: '' }, { cwd: '/x' })
-  t.equal(c.credentials.clientSecret, undefined)
+  t.equal(c.routes[0]!.credential.sources.clientSecret, undefined)
   t.equal(c.logLevel, 'info')
 })
 
 t.test('.env is read and the environment wins over it', async (t) => {
   const dir = t.testdir({ '.env': 'BASE_URL=http://from-dotenv/\nLOG_LEVEL=debug\nAUTH_CLIENT_ID=dotenv-client\n' })
   const c = loadConfig({ ...minimal, BASE_URL: undefined, AUTH_CLIENT_ID: 'env-client' }, { cwd: dir })
-  t.equal(c.upstream.origin, 'http://from-dotenv')
+  t.equal(c.routes[0]!.origin, 'http://from-dotenv')
   t.equal(c.logLevel, 'debug')
-  t.equal(c.auth.mode === 'oauth2' && c.auth.clientId, 'env-client')
+  t.equal(c.routes[0]!.credential.auth.mode === 'oauth2' && c.routes[0]!.credential.auth.clientId, 'env-client')
 })
 
 t.test('*_FILE variables: read from files, trailing newline ignored, changes picked up', async (t) => {
@@ -121,7 +121,7 @@ t.test('*_FILE variables: read from files, trailing newline ignored, changes pic
     AUTH_CLIENT_SECRET_FILE: join(dir, 'secret')
   }, { cwd: dir })
   const warnings: string[] = []
-  const store = new CredentialStore(c.credentials, (message) => warnings.push(message))
+  const store = new CredentialStore(c.routes[0]!.credential.sources, (message) => warnings.push(message))
   t.same(await store.read(), { username: 'svc-from-file', password: 'pw-from-file', clientSecret: 'cs-from-file' })
   writeFileSync(join(dir, 'pass'), 'rotated\n')
   t.equal((await store.read()).password, 'rotated')
@@ -146,7 +146,7 @@ t.test('a credential file swapped for a FIFO, a device or a huge file while runn
   const dir = t.testdir({ pass: 'good-password' })
   const c = loadConfig({ ...minimal, AUTH_PASSWORD: undefined, AUTH_PASSWORD_FILE: join(dir, 'pass') }, { cwd: dir })
   const warnings: string[] = []
-  const store = new CredentialStore(c.credentials, (message) => warnings.push(message))
+  const store = new CredentialStore(c.routes[0]!.credential.sources, (message) => warnings.push(message))
   t.equal((await store.read()).password, 'good-password')
   let ticks = 0
   const ticking = setInterval(() => { ticks++ }, 5)
@@ -181,8 +181,8 @@ t.test('egress proxy variables are honoured in either case', async (t) => {
 t.test('an empty value in .env means unset, as in the environment', async (t) => {
   const dir = t.testdir({ '.env': 'BASE_URL=http://api/\nAUTH_URL=http://sso\nAUTH_CLIENT_ID=app\nAUTH_USERNAME=u\nAUTH_PASSWORD=p\nAUTH_CLIENT_SECRET=\nAUTH_SCOPE=\nLOG_LEVEL=\nPROXY_PORT=\n' })
   const c = loadConfig({}, { cwd: dir })
-  t.equal(c.credentials.clientSecret, undefined)
-  t.equal(c.auth.mode === 'oauth2' && c.auth.scope, undefined)
+  t.equal(c.routes[0]!.credential.sources.clientSecret, undefined)
+  t.equal(c.routes[0]!.credential.auth.mode === 'oauth2' && c.routes[0]!.credential.auth.scope, undefined)
   t.equal(c.logLevel, 'info')
   t.equal(c.proxy.port, 8080)
   // an empty environment variable does not hide the value in .env
@@ -210,7 +210,7 @@ t.test('AUTH_URL with /auth or /realms/... is caught at start-up, naming what to
     'AUTH_URL must be the server\'s base URL, without /realms/...: the realm goes in AUTH_REALM (or set the whole AUTH_TOKEN_URL)'
   ])
   const given = loadConfig({ ...minimal, AUTH_URL: undefined, AUTH_TOKEN_URL: 'https://kc/realms/r/protocol/openid-connect/token' }, { cwd: '/x' })
-  t.equal(given.auth.mode === 'oauth2' && given.auth.alternateTokenUrl, undefined, 'a given AUTH_TOKEN_URL is used as it is')
+  t.equal(given.routes[0]!.credential.auth.mode === 'oauth2' && given.routes[0]!.credential.auth.alternateTokenUrl, undefined, 'a given AUTH_TOKEN_URL is used as it is')
 })
 
 t.test('.env: egress proxy variables work from it; NODE_EXTRA_CA_CERTS there is warned about', async (t) => {
@@ -239,8 +239,8 @@ t.test('AUTH_GRANT_TYPE=client_credentials: the client secret is required, the u
   const noUser = { ...minimal, AUTH_USERNAME: undefined, AUTH_PASSWORD: undefined, AUTH_GRANT_TYPE: 'client_credentials' }
   t.same(problems(noUser), ['AUTH_CLIENT_SECRET (or AUTH_CLIENT_SECRET_FILE) is required by the client_credentials grant: a confidential client with "Service accounts roles" on (or a signed client assertion: AUTH_CLIENT_AUTH=private_key_jwt or federated_jwt)'])
   const c = loadConfig({ ...noUser, AUTH_CLIENT_SECRET: 's' }, { cwd: '/x' })
-  t.match(c.auth, { grantType: 'client_credentials' })
-  t.same(Object.keys(c.credentials), ['clientSecret'])
+  t.match(c.routes[0]!.credential.auth, { grantType: 'client_credentials' })
+  t.same(Object.keys(c.routes[0]!.credential.sources), ['clientSecret'])
   t.same(c.warnings, [])
   const withUser = loadConfig({ ...minimal, AUTH_GRANT_TYPE: 'client_credentials', AUTH_CLIENT_SECRET: 's' }, { cwd: '/x' })
   t.same(withUser.warnings, [
@@ -253,14 +253,14 @@ t.test('AUTH_GRANT_TYPE=client_credentials: the client secret is required, the u
 
 t.test('AUTH_CLIENT_AUTH=client_secret_basic needs a client secret', async (t) => {
   t.same(problems({ ...minimal, AUTH_CLIENT_AUTH: 'client_secret_basic' }), ['AUTH_CLIENT_SECRET (or AUTH_CLIENT_SECRET_FILE) is required by AUTH_CLIENT_AUTH=client_secret_basic'])
-  t.match(loadConfig({ ...minimal, AUTH_CLIENT_AUTH: 'client_secret_basic', AUTH_CLIENT_SECRET: 's' }, { cwd: '/x' }).auth, { clientAuth: 'client_secret_basic' })
+  t.match(loadConfig({ ...minimal, AUTH_CLIENT_AUTH: 'client_secret_basic', AUTH_CLIENT_SECRET: 's' }, { cwd: '/x' }).routes[0]!.credential.auth, { clientAuth: 'client_secret_basic' })
   t.same(problems({ ...minimal, AUTH_CLIENT_AUTH: 'self_signed_tls_client_auth' }), ['AUTH_TLS_CERT_FILE and AUTH_TLS_KEY_FILE are required with AUTH_CLIENT_AUTH=self_signed_tls_client_auth: the certificate the client authenticates with'], 'a method of its own now (RFC 8705), needing its certificate')
   t.same(problems({ ...minimal, AUTH_CLIENT_AUTH: 'tls_client_auth_x' }).filter((p) => p.startsWith('AUTH_CLIENT_AUTH must be one of')).length, 1, 'an unknown method is still refused')
 })
 
 t.test('AUTH_TOKEN_PARAMS: decoded pairs; the sidecar\'s own parameters and malformed text are refused without echoing values', async (t) => {
   const c = loadConfig({ ...minimal, AUTH_TOKEN_PARAMS: 'audience=orders+api&resource=https%3A%2F%2Fa&resource=https%3A%2F%2Fb&empty=' }, { cwd: '/x' })
-  t.same(c.auth.mode === 'oauth2' && c.auth.params, [['audience', 'orders api'], ['resource', 'https://a'], ['resource', 'https://b'], ['empty', '']])
+  t.same(c.routes[0]!.credential.auth.mode === 'oauth2' && c.routes[0]!.credential.auth.params, [['audience', 'orders api'], ['resource', 'https://a'], ['resource', 'https://b'], ['empty', '']])
   for (const name of ['grant_type', 'client_id', 'client_secret', 'username', 'password', 'refresh_token']) {
     t.same(problems({ ...minimal, AUTH_TOKEN_PARAMS: `audience=x&${name}=sneaky-value` }), [`AUTH_TOKEN_PARAMS may not set "${name}": the sidecar sets it`], name)
   }
@@ -275,26 +275,26 @@ t.test('AUTH_TOKEN_PARAMS: decoded pairs; the sidecar\'s own parameters and malf
 t.test('AUTH_ISSUER_URL replaces AUTH_URL; AUTH_TOKEN_URL still wins for the token endpoint', async (t) => {
   const issuer = 'https://sso.internal/realms/service-realm'
   const c = loadConfig({ ...minimal, AUTH_URL: undefined, AUTH_ISSUER_URL: issuer }, { cwd: '/x' })
-  t.match(c.auth, { issuerUrl: issuer })
-  t.notOk(c.auth.mode === 'oauth2' && 'tokenUrl' in c.auth, 'the token URL comes from discovery')
+  t.match(c.routes[0]!.credential.auth, { issuerUrl: issuer })
+  t.notOk(c.routes[0]!.credential.auth.mode === 'oauth2' && 'tokenUrl' in c.routes[0]!.credential.auth, 'the token URL comes from discovery')
   t.same(c.warnings, [])
   const both = loadConfig({ ...minimal, AUTH_ISSUER_URL: issuer }, { cwd: '/x' })
   t.same(both.warnings, ['AUTH_URL is not used when AUTH_ISSUER_URL is set: the token endpoint comes from discovery'])
-  t.notOk(both.auth.mode === 'oauth2' && 'tokenUrl' in both.auth)
+  t.notOk(both.routes[0]!.credential.auth.mode === 'oauth2' && 'tokenUrl' in both.routes[0]!.credential.auth)
   const token = loadConfig({ ...minimal, AUTH_URL: undefined, AUTH_ISSUER_URL: issuer, AUTH_TOKEN_URL: 'https://t.internal/token' }, { cwd: '/x' })
-  t.match(token.auth, { issuerUrl: issuer, tokenUrl: 'https://t.internal/token' })
+  t.match(token.routes[0]!.credential.auth, { issuerUrl: issuer, tokenUrl: 'https://t.internal/token' })
   t.same(problems({ ...minimal, AUTH_ISSUER_URL: 'sso.internal' }), ['AUTH_ISSUER_URL must be an absolute http or https URL'])
-  t.equal(loadConfig({ ...minimal, AUTH_LOGOUT_ON_SHUTDOWN: 'false' }, { cwd: '/x' }).auth.mode === 'oauth2' &&
-    (loadConfig({ ...minimal, AUTH_LOGOUT_ON_SHUTDOWN: 'false' }, { cwd: '/x' }).auth as { logoutOnShutdown: boolean }).logoutOnShutdown, false)
+  t.equal(loadConfig({ ...minimal, AUTH_LOGOUT_ON_SHUTDOWN: 'false' }, { cwd: '/x' }).routes[0]!.credential.auth.mode === 'oauth2' &&
+    (loadConfig({ ...minimal, AUTH_LOGOUT_ON_SHUTDOWN: 'false' }, { cwd: '/x' }).routes[0]!.credential.auth as { logoutOnShutdown: boolean }).logoutOnShutdown, false)
 })
 
 t.test('AUTH_DISCOVERY_URL: where the document is fetched, apart from the issuer it must name', async (t) => {
   const issuer = 'https://sso.example.com/realms/service-realm'
   const base = { ...minimal, AUTH_URL: undefined, AUTH_ISSUER_URL: issuer }
-  t.match(loadConfig(base, { cwd: '/x' }).auth, { issuerUrl: issuer, discoveryUrl: `${issuer}/.well-known/openid-configuration` }, 'the issuer\'s own document by default')
-  t.match(loadConfig({ ...base, AUTH_DISCOVERY_URL: 'http://keycloak.auth:8080/realms/service-realm/' }, { cwd: '/x' }).auth,
+  t.match(loadConfig(base, { cwd: '/x' }).routes[0]!.credential.auth, { issuerUrl: issuer, discoveryUrl: `${issuer}/.well-known/openid-configuration` }, 'the issuer\'s own document by default')
+  t.match(loadConfig({ ...base, AUTH_DISCOVERY_URL: 'http://keycloak.auth:8080/realms/service-realm/' }, { cwd: '/x' }).routes[0]!.credential.auth,
     { issuerUrl: issuer, discoveryUrl: 'http://keycloak.auth:8080/realms/service-realm/.well-known/openid-configuration' }, 'an internal issuer-like address')
-  t.match(loadConfig({ ...base, AUTH_DISCOVERY_URL: 'http://keycloak.auth:8080/realms/service-realm/.well-known/openid-configuration' }, { cwd: '/x' }).auth,
+  t.match(loadConfig({ ...base, AUTH_DISCOVERY_URL: 'http://keycloak.auth:8080/realms/service-realm/.well-known/openid-configuration' }, { cwd: '/x' }).routes[0]!.credential.auth,
     { discoveryUrl: 'http://keycloak.auth:8080/realms/service-realm/.well-known/openid-configuration' }, 'or the document\'s whole URL')
   t.same(problems({ ...minimal, AUTH_DISCOVERY_URL: 'http://keycloak.auth:8080/realms/service-realm' }),
     ['AUTH_DISCOVERY_URL is used only with AUTH_ISSUER_URL, the issuer its document must name (the public one, such as https://sso.example.com/realms/<realm>)'])
@@ -317,8 +317,8 @@ t.test('private_key_jwt needs a key file that holds a usable key; its problems a
   t.same(problems({ ...jwt, AUTH_CLIENT_KEY_FILE: join(dir, 'rsa.pem'), AUTH_CLIENT_KEY_ALG: 'ES256' }), ['AUTH_CLIENT_KEY_FILE holds AUTH_CLIENT_KEY_ALG=ES256 does not fit a 2048-bit RSA key (RS256 or PS256)'])
   t.same(problems({ ...jwt, AUTH_CLIENT_KEY_FILE: join(dir, 'rsa.pem'), AUTH_CLIENT_KEY_ALG: 'HS256' }), ['AUTH_CLIENT_KEY_ALG must be one of RS256, PS256, ES256, ES384, EdDSA'])
   const ok = loadConfig({ ...jwt, AUTH_CLIENT_KEY_FILE: join(dir, 'rsa.pem'), AUTH_CLIENT_KEY_ALG: 'PS256', AUTH_CLIENT_KEY_ID: 'k1', AUTH_CLIENT_SECRET: 'unused' }, { cwd: '/x' })
-  t.match(ok.auth, { clientAuth: 'private_key_jwt', clientKeyAlg: 'PS256', clientKeyId: 'k1' })
-  t.same(ok.credentials.clientKey, { variable: 'AUTH_CLIENT_KEY_FILE', file: join(dir, 'rsa.pem') })
+  t.match(ok.routes[0]!.credential.auth, { clientAuth: 'private_key_jwt', clientKeyAlg: 'PS256', clientKeyId: 'k1' })
+  t.same(ok.routes[0]!.credential.sources.clientKey, { variable: 'AUTH_CLIENT_KEY_FILE', file: join(dir, 'rsa.pem') })
   t.same(ok.warnings, ['AUTH_CLIENT_SECRET is not used with AUTH_CLIENT_AUTH=private_key_jwt: no secret is sent'])
   for (const p of problems({ ...jwt, AUTH_CLIENT_KEY_FILE: join(dir, 'rsa.pem'), AUTH_CLIENT_KEY_ALG: 'ES256' })) t.notMatch(p, /PRIVATE KEY|MII/)
 })
@@ -330,7 +330,7 @@ t.test('client_secret_jwt needs the secret; federated_jwt a readable JWT file an
   t.same(problems(federated), ['AUTH_CLIENT_ASSERTION_FILE is required with AUTH_CLIENT_AUTH=federated_jwt'])
   t.same(problems({ ...federated, AUTH_CLIENT_ASSERTION_FILE: join(dir, 'notjwt') }), ['AUTH_CLIENT_ASSERTION_FILE holds no JWT (three dot-separated parts)'])
   const ok = loadConfig({ ...federated, AUTH_CLIENT_ASSERTION_FILE: join(dir, 'token') }, { cwd: '/x' })
-  t.same(ok.credentials, { clientAssertion: { variable: 'AUTH_CLIENT_ASSERTION_FILE', file: join(dir, 'token') } }, 'nothing secret configured at all')
+  t.same(ok.routes[0]!.credential.sources, { clientAssertion: { variable: 'AUTH_CLIENT_ASSERTION_FILE', file: join(dir, 'token') } }, 'nothing secret configured at all')
   t.same(loadConfig({ ...minimal, AUTH_CLIENT_KEY_ID: 'k', AUTH_CLIENT_ASSERTION_FILE: join(dir, 'token') }, { cwd: '/x' }).warnings, [
     'AUTH_CLIENT_KEY_ID is used only with AUTH_CLIENT_AUTH=private_key_jwt',
     'AUTH_CLIENT_ASSERTION_FILE is used only with AUTH_CLIENT_AUTH=federated_jwt'

@@ -144,6 +144,6 @@ t.test('self_signed_tls_client_auth needs the certificate and an https auth serv
   const files = { AUTH_TLS_CERT_FILE: own.caFile, AUTH_TLS_KEY_FILE: join(dir, 'own', 'ca.key') }
   t.same(problems({ AUTH_TOKEN_URL: 'http://as.example/token', ...files }), ['AUTH_CLIENT_AUTH=self_signed_tls_client_auth needs an https auth server: http://as.example/token is http, where no client certificate is presented'])
   const config = loadConfig({ ...base, AUTH_TOKEN_URL: 'https://as.example/token', ...files, AUTH_CLIENT_SECRET: 'unused' }, { cwd: '/nonexistent' })
-  t.match(config.auth, { clientAuth: 'self_signed_tls_client_auth' }, 'no secret required')
+  t.match(config.routes[0]!.credential.auth, { clientAuth: 'self_signed_tls_client_auth' }, 'no secret required')
   t.ok(config.warnings.includes('AUTH_CLIENT_SECRET is not used with AUTH_CLIENT_AUTH=self_signed_tls_client_auth: no secret is sent'))
 })

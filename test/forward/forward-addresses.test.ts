@@ -108,7 +108,7 @@ async function forwardProxy (t: Test, allow: string, lookup: Lookup, ownPorts: n
   metrics.watchProxy(events)
   metrics.watchForwardProxy(events)
   const log = captureLogger()
-  const proxy = new ForwardProxy({ config, settings: config.forward!, ca: undefined, routes: [], listener: { budget: new RequestBudget(16, 16), log: log.logger, events }, ownPorts: () => ownPorts, lookup })
+  const proxy = new ForwardProxy({ upstream: config.upstream, settings: config.forward!, ca: undefined, routes: [], listener: { budget: new RequestBudget(16, 16), log: log.logger, events }, ownPorts: () => ownPorts, lookup })
   await proxy.listener.app.listen({ port: 0, host: '127.0.0.1' })
   t.teardown(async () => {
     await proxy.listener.app.close()

@@ -45,7 +45,7 @@ function discovering (options: Options) {
 
 /** The discovery URL the configuration derives, as the sidecar would use it. */
 function configured (env: Record<string, string>): { issuerUrl: string, discoveryUrl: string } {
-  const auth = loadConfig({ BASE_URL: 'http://127.0.0.1:1', AUTH_CLIENT_ID: 'svc', AUTH_CLIENT_SECRET: 's', AUTH_GRANT_TYPE: 'client_credentials', ...env }, { cwd: '/nonexistent' }).auth
+  const auth = loadConfig({ BASE_URL: 'http://127.0.0.1:1', AUTH_CLIENT_ID: 'svc', AUTH_CLIENT_SECRET: 's', AUTH_GRANT_TYPE: 'client_credentials', ...env }, { cwd: '/nonexistent' }).routes[0]!.credential.auth
   if (auth.mode !== 'oauth2' || auth.issuerUrl === undefined || auth.discoveryUrl === undefined) throw new Error('no discovery configured')
   return { issuerUrl: auth.issuerUrl, discoveryUrl: auth.discoveryUrl }
 }
