@@ -61,22 +61,20 @@ export function readInjectConfig (env: NodeJS.ProcessEnv, cwd = process.cwd()): 
     return v ?? ''
   }
 
-  const portText = value('INJECT_PORT')
-  let port = DEFAULT_INJECT_PORT
-  if (portText !== undefined) {
-    port = Number(portText)
-    if (!/^\d+$/.test(portText) || port > 65535) problems.push('INJECT_PORT must be a port number (0 to 65535)')
+  /** A whole number from 0 to `max`, or `fallback` when unset. */
+  const wholeNumber = (name: string, fallback: number, max: number, problem: string): number => {
+    const text = value(name)
+    if (text === undefined) return fallback
+    if (!/^\d+$/.test(text) || Number(text) > max) problems.push(problem)
+    return Number(text)
   }
+
+  const port = wholeNumber('INJECT_PORT', DEFAULT_INJECT_PORT, 65535, 'INJECT_PORT must be a port number (0 to 65535)')
   const certFile = required('INJECT_TLS_CERT_FILE', 'the webhook\'s serving certificate (PEM); the API server calls it over HTTPS only')
   const keyFile = required('INJECT_TLS_KEY_FILE', 'the serving certificate\'s private key (PEM)')
   const image = required('INJECT_IMAGE', 'the auth-sidecar image to inject')
   if (image !== '' && !IMAGE.test(image)) problems.push('INJECT_IMAGE must be an image reference (registry/name:tag or @digest)')
-  const delayText = value('INJECT_SHUTDOWN_DELAY_MS')
-  let shutdownDelayMs = DEFAULT_INJECT_SHUTDOWN_DELAY_MS
-  if (delayText !== undefined) {
-    shutdownDelayMs = Number(delayText)
-    if (!/^\d+$/.test(delayText) || shutdownDelayMs > MAX_INJECT_SHUTDOWN_DELAY_MS) problems.push(`INJECT_SHUTDOWN_DELAY_MS must be a whole number of milliseconds from 0 to ${MAX_INJECT_SHUTDOWN_DELAY_MS}`)
-  }
+  const shutdownDelayMs = wholeNumber('INJECT_SHUTDOWN_DELAY_MS', DEFAULT_INJECT_SHUTDOWN_DELAY_MS, MAX_INJECT_SHUTDOWN_DELAY_MS, `INJECT_SHUTDOWN_DELAY_MS must be a whole number of milliseconds from 0 to ${MAX_INJECT_SHUTDOWN_DELAY_MS}`)
   const logLevel = (value('LOG_LEVEL') ?? DEFAULT_INJECT_LOG_LEVEL) as LogLevel
   if (!LOG_LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`)
 
