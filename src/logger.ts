@@ -44,7 +44,8 @@ export const REDACT_PATHS = [
   '*.refreshToken',
   'credentials',
   '*.credentials',
-  'config.credentials'
+  // a configuration holds its credentials' literal values in each route's credential
+  'config.routes[*].credential.sources'
 ]
 
 /** Log lines are gathered up to this many bytes before one write... */

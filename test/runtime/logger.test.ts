@@ -40,3 +40,18 @@ t.test('a quiet process writes a line within LOG_FLUSH_MS, not only once a batch
   // the loader's start-up comes first: the bound is generous, the 10 s the process lives are not
   t.ok(waited < 5_000 + LOG_FLUSH_MS, `on stdout ${waited} ms after the start`)
 })
+
+t.test('a configuration logged by mistake shows no credential of any route', async (t) => {
+  const script = [
+    "import { createLogger } from './src/logger.js'",
+    "const log = createLogger('info')",
+    "const sources = { password: { variable: 'AUTH_PASSWORD', value: 'hunter2-secret' } }",
+    "log.info({ config: { routes: [{ name: 'default', credential: { sources } }, { name: 'billing', credential: { sources } }] } }, 'config')",
+    'process.exit(0)'
+  ].join('\n')
+  const { code, stdout } = await runTs(['--input-type=module', '-e', script])
+  t.equal(code, 0)
+  t.notMatch(stdout, /hunter2-secret/, 'no route\'s secret in the line')
+  const line = JSON.parse(stdout.trim()) as { config: { routes: Array<{ credential: { sources: unknown } }> } }
+  t.same(line.config.routes.map((r) => r.credential.sources), ['[redacted]', '[redacted]'])
+})
