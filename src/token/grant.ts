@@ -4,7 +4,7 @@ import type { PrimaryGrant } from '../config/load.js'
 /**
  * What the token endpoint answered, and what the sidecar makes of it:
  * failures sorted by how they are retried, the token set checked field by
- * field. Sending is oauth-client.ts's; deciding when is manager.ts's.
+ * field. Sending is oauth-client.ts's; deciding when is lifecycle.ts's.
  */
 
 export type GrantType = PrimaryGrant | 'refresh_token' | 'token_exchange'
