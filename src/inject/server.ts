@@ -21,14 +21,17 @@ export interface WebhookOptions {
 
 export interface Webhook {
   app: FastifyInstance<Server>
-  /** /readyz answers 503 from now on */
+  /** /readyz answers 503 from now on, and keep-alive connections are let go (see buildWebhook) */
   stopping(): void
 }
 
 /**
  * POST /mutate, /healthz and /readyz over HTTPS. Whatever is not an
  * AdmissionReview for a Pod (not JSON, another content type, too large,
- * another kind) is answered 400 and changes nothing.
+ * another kind) is answered 400 and changes nothing. Once stopping, every
+ * answer carries `Connection: close` and idle keep-alive connections are
+ * closed, so that the API server opens its next connection to another
+ * replica instead of reusing one to a webhook that is about to close.
  */
 export function buildWebhook (o: WebhookOptions): Webhook {
   const app = Fastify({
@@ -40,6 +43,12 @@ export function buildWebhook (o: WebhookOptions): Webhook {
     frameworkErrors: (_err, _request, reply) => { send(reply, 400, { error: 'bad_request' }) }
   })
   let stopping = false
+  // onSend rather than onRequest: a review whose headers arrived before the
+  // drain began is answered after it, and its connection must go too.
+  app.addHook('onSend', (_request, reply, payload, done) => {
+    if (stopping) reply.header('connection', 'close')
+    done(null, payload)
+  })
 
   app.get('/healthz', (_request, reply) => { send(reply, 200, { status: 'ok' }) })
   app.get('/readyz', (_request, reply) => {
@@ -63,7 +72,15 @@ export function buildWebhook (o: WebhookOptions): Webhook {
     o.log.error({ err: { type: err.name, message: err.message } }, 'admission review failed')
     send(reply, 500, { error: 'internal_error' })
   })
-  return { app, stopping: () => { stopping = true } }
+  return {
+    app,
+    stopping: () => {
+      stopping = true
+      // an idle connection sends no more answers to carry the header, so it is closed here;
+      // one with a request under way closes after its answer
+      app.server.closeIdleConnections()
+    }
+  }
 }
 
 function send (reply: FastifyReply, status: number, body: object): void {

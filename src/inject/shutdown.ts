@@ -11,7 +11,7 @@ export interface ShutdownOptions {
   /** how long /mutate is still served after the first signal (INJECT_SHUTDOWN_DELAY_MS); 0 closes at once */
   delayMs: number
   log: pino.Logger
-  /** turns /readyz to 503 */
+  /** turns /readyz to 503 and lets keep-alive connections go */
   stopping: () => void
   /** closes the server and what it reads; resolves once the reviews in progress have finished */
   close: () => Promise<void>
@@ -22,11 +22,12 @@ export interface ShutdownOptions {
  * while `/mutate` is still served for `delayMs`: the API server keeps
  * calling the endpoints it knows until they are updated, and with
  * failurePolicy Fail a review that reaches no server fails the pod's
- * creation. A second signal ends the wait. The server then closes, the
- * reviews in progress finishing within CLOSE_GRACE_MS, and the process
- * exits 0; a signal during the close exits 1 at once, and an uncaught
- * error closes at once and exits 1. Resolves with that exit code once the
- * server has closed.
+ * creation. Meanwhile each answer closes its connection, so that the API
+ * server reconnects to another replica. A second signal ends the wait.
+ * The server then closes, the reviews in progress finishing within
+ * CLOSE_GRACE_MS, and the process exits 0; a signal during the close
+ * exits 1 at once, and an uncaught error closes at once and exits 1.
+ * Resolves with that exit code once the server has closed.
  */
 export async function shutDownOnSignal (o: ShutdownOptions): Promise<number> {
   let closed!: (code: number) => void
