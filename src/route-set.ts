@@ -1,4 +1,4 @@
-import { defaultRouteOf, type Config, type RouteConfig } from './config/load.js'
+import type { Config, RouteConfig } from './config/load.js'
 import type { ForwardProxy } from './forward/proxy.js'
 import type { Listener } from './proxy/server.js'
 import { Route, type RouteDeps, type RouteSettings } from './route.js'
@@ -177,10 +177,10 @@ export class RouteSet {
 
 /**
  * A route's identity: its settings, its credential's, and those every
- * route shares, which include the default route's BASE_URL: a new one
- * makes every route anew.
+ * route shares. A named route's config already holds what it takes from
+ * the default route (its credential, its TLS files), so a change to the
+ * default route alone remakes only the routes that inherit it.
  */
 function routeKey (route: RouteConfig, config: RouteSetConfig): string {
-  const { origin, basePath } = defaultRouteOf(config)
-  return JSON.stringify([route, credentialKey(route.credential, config), { origin, basePath, ...config.upstream }, config.egress, config.proxy.websocketMaxMessageBytes])
+  return JSON.stringify([route, credentialKey(route.credential, config), config.upstream, config.egress, config.proxy.websocketMaxMessageBytes])
 }
