@@ -2,7 +2,7 @@ import type { Config, RouteConfig } from './config/load.js'
 import type { ForwardProxy } from './forward/proxy.js'
 import type { Listener } from './proxy/server.js'
 import { Route, type RouteDeps, type RouteSettings } from './route.js'
-import { credentialKey, type HeldCredential } from './token/registry.js'
+import type { HeldCredential } from './token/registry.js'
 
 /** What a new configuration changed, by route name, and the settings that wait for a restart. */
 export interface Applied {
@@ -176,11 +176,11 @@ export class RouteSet {
 }
 
 /**
- * A route's identity: its settings, its credential's, and those every
- * route shares. A named route's config already holds what it takes from
- * the default route (its credential, its TLS files), so a change to the
- * default route alone remakes only the routes that inherit it.
+ * A route's identity: its settings (its credential's among them, with
+ * what a named route takes from the default route) and those every route
+ * and credential share, so a change to the default route alone remakes
+ * only the routes that inherit it.
  */
 function routeKey (route: RouteConfig, config: RouteSetConfig): string {
-  return JSON.stringify([route, credentialKey(route.credential, config), config.upstream, config.egress, config.proxy.websocketMaxMessageBytes])
+  return JSON.stringify([route, config.token, config.egress, config.upstream, config.proxy.websocketMaxMessageBytes])
 }
