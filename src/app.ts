@@ -142,7 +142,9 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   watchCredentials()
   metrics.watchProxy(events)
   if (forward !== undefined) metrics.watchForwardProxy(events)
-  for (const { which, route, files } of certificates) metrics.watchCertificate(which, route, files)
+  for (const { which, route, files } of credentials.certificates) metrics.watchCertificate(which, route, files)
+  const unwatchCertificates = new Map<Route, () => void>()
+  for (const route of routes) if (route.certificate !== undefined) unwatchCertificates.set(route, metrics.watchCertificate('upstream', route.name, route.certificate.files))
   // An access line has fixed fields, none secret; pino's redaction paths
   // cost a sixth of a proxied request's CPU when checked on every line.
   const accessLogger = proxyLog.child({}, { redact: [] })
@@ -193,13 +195,19 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   /** A new version of the configuration, applied (one at a time). */
   async function apply (next: Config): Promise<Applied> {
     // the credentials a version that failed to apply made are stopped with the unused ones
-    const { applied, made } = await routeSet.apply(next, release).catch((err: unknown) => { release(); throw err })
+    const { applied, made } = await routeSet.apply(next, retired).catch((err: unknown) => { release(); throw err })
     release()
     watchCredentials()
-    for (const route of made) if (route.certificate !== undefined) metrics.watchCertificate('upstream', route.name, route.certificate.files)
+    for (const route of made) if (route.certificate !== undefined) unwatchCertificates.set(route, metrics.watchCertificate('upstream', route.name, route.certificate.files))
     await tls.watch()
     accessLog = next.accessLog
     return applied
+  }
+  /** A route left out, its requests done: its certificate's series goes, and credentials it alone held stop. */
+  function retired (route: Route): void {
+    unwatchCertificates.get(route)?.()
+    unwatchCertificates.delete(route)
+    release()
   }
   /** Stops the credentials no route holds any more (a route left out holds its own until its requests are done). */
   function release (): void {

@@ -1,8 +1,8 @@
-import { defaultRouteOf, type Config, type RouteConfig } from './config/load.js'
+import type { Config, RouteConfig } from './config/load.js'
 import type { ForwardProxy } from './forward/proxy.js'
 import type { Listener } from './proxy/server.js'
 import { Route, type RouteDeps, type RouteSettings } from './route.js'
-import { credentialKey, type HeldCredential } from './token/registry.js'
+import type { HeldCredential } from './token/registry.js'
 
 /** What a new configuration changed, by route name, and the settings that wait for a restart. */
 export interface Applied {
@@ -176,11 +176,11 @@ export class RouteSet {
 }
 
 /**
- * A route's identity: its settings, its credential's, and those every
- * route shares, which include the default route's BASE_URL: a new one
- * makes every route anew.
+ * A route's identity: its settings (its credential's among them, with
+ * what a named route takes from the default route) and those every route
+ * and credential share, so a change to the default route alone remakes
+ * only the routes that inherit it.
  */
 function routeKey (route: RouteConfig, config: RouteSetConfig): string {
-  const { origin, basePath } = defaultRouteOf(config)
-  return JSON.stringify([route, credentialKey(route.credential, config), { origin, basePath, ...config.upstream }, config.egress, config.proxy.websocketMaxMessageBytes])
+  return JSON.stringify([route, config.token, config.egress, config.upstream, config.proxy.websocketMaxMessageBytes])
 }

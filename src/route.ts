@@ -65,6 +65,8 @@ export class Route {
   /** its upstream client certificate, when it presents one */
   readonly certificate: CertificateInUse | undefined
   #listener: FastifyInstance | undefined
+  /** lets go of its TLS files, so that a route gone leaves none watched */
+  #releaseFiles = (): void => {}
 
   private constructor (config: RouteConfig, credential: HeldCredential, upstream: TlsDispatcher<UpstreamConnection>, slots: UpstreamSlots, certificate: CertificateInUse | undefined) {
     this.config = config
@@ -87,7 +89,9 @@ export class Route {
       return made
     }, files, () => credential.current()?.certificate)
     const certificate = files?.certificate === undefined ? undefined : { which: 'upstream' as const, route: config.name, files }
-    return new Route(config, credential, upstream, new UpstreamSlots(deps.config.upstream.connections), certificate)
+    const route = new Route(config, credential, upstream, new UpstreamSlots(deps.config.upstream.connections), certificate)
+    if (files !== undefined) route.#releaseFiles = once(() => { deps.tls.release(files) })
+    return route
   }
 
   get name (): string {
@@ -141,12 +145,14 @@ export class Route {
     this.credential.events.off('token', this.#tokenReplaced)
     await this.requests.idle()
     await this.upstream.close()
+    this.#releaseFiles()
   }
 
   /** Closes its upstream connections at once, cutting what is left on them (the listeners have drained). */
   async close (): Promise<void> {
     this.credential.events.off('token', this.#tokenReplaced)
     await this.upstream.destroy()
+    this.#releaseFiles()
   }
 }
 
@@ -174,4 +180,13 @@ function logConnections (dispatcher: Dispatcher, log: pino.Logger): void {
   dispatcher.on('connect', (o) => log.debug({ event: 'upstream_connection', origin: origin(o) }, 'upstream connection opened'))
   dispatcher.on('disconnect', (o, _targets, err) => log.debug({ event: 'upstream_connection', origin: origin(o), reason: (err as { code?: string }).code ?? err.name }, 'upstream connection closed'))
   dispatcher.on('connectionError', (o, _targets, err) => log.debug({ event: 'upstream_connection', origin: origin(o), reason: (err as { code?: string }).code ?? err.name }, 'upstream connection failed'))
+}
+
+function once (f: () => void): () => void {
+  let done = false
+  return () => {
+    if (done) return
+    done = true
+    f()
+  }
 }

@@ -23,8 +23,8 @@ export interface Metrics {
   watchProxy(events: EventEmitter<ProxyEvents>): void
   /** Counts the forward proxy's connections by outcome (from 0, once it is on). */
   watchForwardProxy(events: EventEmitter<ProxyEvents>): void
-  /** Reports a client certificate's expiry at each scrape: `certificate` is upstream or auth, `route` the route it serves. */
-  watchCertificate(certificate: 'upstream' | 'auth', route: string, source: { readonly certificate: { notAfter: Date } | undefined }): void
+  /** Reports a client certificate's expiry at each scrape: `certificate` is upstream or auth, `route` the route it serves; returns what stops reporting it. */
+  watchCertificate(certificate: 'upstream' | 'auth', route: string, source: { readonly certificate: { notAfter: Date } | undefined }): () => void
   /** What counts the connections a listener (named by its port's variable) closed to stay within its bound, from 0. */
   countShed(listener: string): (reason: ShedReason) => void
 }
@@ -107,6 +107,8 @@ export function createMetrics (routes: string[]): Metrics {
     labelNames: ['certificate', 'route'] as const,
     registers: [registry],
     collect () {
+      // a certificate no longer watched (its route removed) leaves no series behind
+      this.reset()
       for (const { labels, source } of certificates) {
         const notAfter = source.certificate?.notAfter
         if (notAfter !== undefined) this.set(labels, notAfter.getTime() / 1000)
@@ -149,7 +151,9 @@ export function createMetrics (routes: string[]): Metrics {
       return () => { credentials.splice(credentials.indexOf(watched), 1) }
     },
     watchCertificate (certificate, route, source) {
-      certificates.push({ labels: { certificate, route }, source })
+      const watched = { labels: { certificate, route }, source }
+      certificates.push(watched)
+      return () => { if (certificates.includes(watched)) certificates.splice(certificates.indexOf(watched), 1) }
     },
     countShed (listener) {
       for (const reason of SHED_REASONS) shed.inc({ listener, reason }, 0)

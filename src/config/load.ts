@@ -28,9 +28,12 @@ export interface LoadOptions {
  * first when that is set: YAML's parser is loaded only for a file.
  */
 export async function readConfiguration (env: NodeJS.ProcessEnv, options: LoadOptions = {}): Promise<Config> {
-  const named = set(env.CONFIG_FILE) ?? set(readDotenv(resolve(options.cwd ?? process.cwd(), '.env'), []).CONFIG_FILE)
+  const problems: string[] = []
+  const dotenv = readDotenv(resolve(options.cwd ?? process.cwd(), '.env'), problems)
+  const named = set(env.CONFIG_FILE) ?? set(dotenv.CONFIG_FILE)
   const parseYaml = named === undefined ? undefined : (await import('./yaml.js')).parse as ParseYaml
-  return loadConfig(env, { ...options, ...(parseYaml !== undefined && { parseYaml }) })
+  // the .env just read is the one used: it may be a pipe that gives its text once, or change in between
+  return configFrom(env, { dotenv, problems }, { ...options, ...(parseYaml !== undefined && { parseYaml }) })
 }
 
 /**
@@ -40,11 +43,17 @@ export async function readConfiguration (env: NodeJS.ProcessEnv, options: LoadOp
  * problem. Values are never echoed.
  */
 export function loadConfig (env: NodeJS.ProcessEnv, options: LoadOptions = {}): Config {
-  const cwd = options.cwd ?? process.cwd()
   const problems: string[] = []
+  const dotenv = readDotenv(resolve(options.cwd ?? process.cwd(), '.env'), problems)
+  return configFrom(env, { dotenv, problems }, options)
+}
+
+/** loadConfig's work on a `.env` already read, with the problems its reading found. */
+function configFrom (env: NodeJS.ProcessEnv, dotenvRead: { dotenv: Record<string, string>, problems: string[] }, options: LoadOptions): Config {
+  const cwd = options.cwd ?? process.cwd()
+  const { dotenv, problems } = dotenvRead
   const warnings: string[] = []
 
-  const dotenv = readDotenv(resolve(cwd, '.env'), problems)
   // the environment wins over the file, the file over .env
   const configFile = set(env.CONFIG_FILE) ?? set(dotenv.CONFIG_FILE)
   let file: Record<string, string> = {}

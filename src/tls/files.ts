@@ -87,6 +87,11 @@ export class TlsFiles extends EventEmitter<TlsFilesEvents> {
     return this.#certificate === undefined ? undefined : validity(this.#certificate, this.names.cert, now)
   }
 
+  /** Whether the files are watched for a change. */
+  get watching (): boolean {
+    return this.#unwatch !== undefined
+  }
+
   /** Watches the files for a change. */
   watch (): void {
     this.#unwatch ??= watchFiles(this.#files(), this.#changed)
@@ -224,6 +229,8 @@ function secureContext (c: ClientCertificate | undefined, ca: string[] | undefin
 export class TlsFileSets {
   readonly #log: Logger
   readonly #sets = new Map<string, Promise<TlsFiles>>()
+  /** how many users (routes, credentials) hold each set: the last to release it stops its watching */
+  readonly #users = new Map<string, number>()
 
   readonly #extraCaFile: string | undefined
   #extraCas: string[] | undefined
@@ -245,15 +252,35 @@ export class TlsFileSets {
     return this.#extraCas
   }
 
-  /** The files at `paths`, read once; throws a TlsFileError when they cannot be used. */
+  /** The files at `paths`, read once, for a user that releases them when done; throws a TlsFileError when they cannot be used. */
   async of (paths: TlsPaths, which: string): Promise<TlsFiles> {
-    const key = JSON.stringify([paths.certFile, paths.keyFile, paths.caFile])
+    const key = keyOf(paths)
     let files = this.#sets.get(key)
     if (files === undefined) {
       files = TlsFiles.load(which, paths, this.#log, paths.caFile === undefined ? [] : this.#extra())
       this.#sets.set(key, files)
     }
-    return await files
+    const loaded = await files
+    this.#users.set(key, (this.#users.get(key) ?? 0) + 1)
+    return loaded
+  }
+
+  /** One user of `files` is done with them (its route retired): the last one's release stops watching them. */
+  release (files: TlsFiles): void {
+    const key = keyOf(files.paths)
+    const users = (this.#users.get(key) ?? 0) - 1
+    if (users > 0) {
+      this.#users.set(key, users)
+      return
+    }
+    this.#users.delete(key)
+    this.#sets.delete(key)
+    files.close()
+  }
+
+  /** How many distinct sets of files are held. */
+  get size (): number {
+    return this.#sets.size
   }
 
   async watch (): Promise<void> {
@@ -263,4 +290,8 @@ export class TlsFileSets {
   async close (): Promise<void> {
     for (const files of this.#sets.values()) (await files.catch(() => undefined))?.close()
   }
+}
+
+function keyOf (paths: TlsPaths): string {
+  return JSON.stringify([paths.certFile, paths.keyFile, paths.caFile])
 }
