@@ -1,7 +1,7 @@
 import { join } from 'node:path'
 import t from 'tap'
 import { loadConfig } from '../../src/config/load.js'
-import { build, CLIENT_SECRET, PASSWORD } from '../helpers/build.js'
+import { build, harnessEnv } from '../helpers/build.js'
 import { TestCa } from '../helpers/certificates.js'
 
 const SERIES = 'auth_sidecar_certificate_expiry_timestamp_seconds{certificate="upstream",route="billing"}'
@@ -19,19 +19,7 @@ t.test('a route removed by a new configuration takes its certificate\'s expiry s
   const scrape = async (): Promise<string> => await (await fetch(`${h.adminUrl}/metrics`)).text()
   t.match(await scrape(), SERIES, 'the route\'s certificate is reported')
 
-  const without = loadConfig({
-    BASE_URL: `${h.upstream.url}/api`,
-    AUTH_URL: h.tokenServer.url,
-    AUTH_CLIENT_ID: 'legacy-app',
-    AUTH_CLIENT_SECRET: CLIENT_SECRET,
-    AUTH_USERNAME: 'service-user',
-    AUTH_PASSWORD: PASSWORD,
-    PROXY_PORT: '0',
-    ADMIN_PORT: '0',
-    ADMIN_HOST: '127.0.0.1',
-    TOKEN_RETRY_MIN_MS: '50',
-    TOKEN_RETRY_MAX_MS: '200'
-  }, { cwd: '/nonexistent' })
+  const without = loadConfig(harnessEnv(h), { cwd: '/nonexistent' })
   t.match(await h.app.apply(without), { removed: ['billing'] })
   // the route retires once its requests (none) are done: scraped until then
   let text = await scrape()

@@ -11,6 +11,23 @@ import { FakeUpstream } from './upstream.js'
 export const PASSWORD = 'service-password-9f8e7d'
 export const CLIENT_SECRET = 'client-secret-1a2b3c'
 
+/** The configuration build() starts from: its upstream and token server, ports 0, short token retries. */
+export function harnessEnv (h: Pick<Harness, 'tokenServer' | 'upstream'>): Record<string, string> {
+  return {
+    BASE_URL: `${h.upstream.url}/api`,
+    AUTH_URL: h.tokenServer.url,
+    AUTH_CLIENT_ID: 'legacy-app',
+    AUTH_CLIENT_SECRET: CLIENT_SECRET,
+    AUTH_USERNAME: 'service-user',
+    AUTH_PASSWORD: PASSWORD,
+    PROXY_PORT: '0',
+    ADMIN_PORT: '0',
+    ADMIN_HOST: '127.0.0.1',
+    TOKEN_RETRY_MIN_MS: '50',
+    TOKEN_RETRY_MAX_MS: '200'
+  }
+}
+
 export interface Harness {
   app: App
   tokenServer: TokenServer
@@ -43,17 +60,7 @@ export async function build (t: Test, env: Record<string, string> = {}, tokenOpt
   const upstream = new FakeUpstream(tokenServer, deps.upstreamTls)
   await upstream.listen()
   const config = loadConfig({
-    BASE_URL: `${upstream.url}/api`,
-    AUTH_URL: tokenServer.url,
-    AUTH_CLIENT_ID: 'legacy-app',
-    AUTH_CLIENT_SECRET: CLIENT_SECRET,
-    AUTH_USERNAME: 'service-user',
-    AUTH_PASSWORD: PASSWORD,
-    PROXY_PORT: '0',
-    ADMIN_PORT: '0',
-    ADMIN_HOST: '127.0.0.1',
-    TOKEN_RETRY_MIN_MS: '50',
-    TOKEN_RETRY_MAX_MS: '200',
+    ...harnessEnv({ tokenServer, upstream }),
     ...Object.fromEntries(Object.entries(env).map(([name, value]) => [name, typeof value !== 'string'
       ? value
       : value

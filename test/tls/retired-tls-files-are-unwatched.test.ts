@@ -2,7 +2,7 @@ import { join } from 'node:path'
 import t from 'tap'
 import { loadConfig } from '../../src/config/load.js'
 import { TlsFileSets } from '../../src/tls/files.js'
-import { build, CLIENT_SECRET, PASSWORD, until } from '../helpers/build.js'
+import { build, harnessEnv, until } from '../helpers/build.js'
 import { TestCa } from '../helpers/certificates.js'
 import { captureLogger } from '../helpers/log.js'
 
@@ -38,17 +38,7 @@ t.test('a route removed by a new configuration stops watching its TLS files once
   })
   const files = h.app.routes.find((route) => route.name === 'billing')!.certificate!.files
   t.equal(files.watching, true, 'watched while the route is in use')
-  const without = loadConfig({
-    BASE_URL: `${h.upstream.url}/api`,
-    AUTH_URL: h.tokenServer.url,
-    AUTH_CLIENT_ID: 'legacy-app',
-    AUTH_CLIENT_SECRET: CLIENT_SECRET,
-    AUTH_USERNAME: 'service-user',
-    AUTH_PASSWORD: PASSWORD,
-    PROXY_PORT: '0',
-    ADMIN_PORT: '0',
-    ADMIN_HOST: '127.0.0.1'
-  }, { cwd: '/nonexistent' })
+  const without = loadConfig(harnessEnv(h), { cwd: '/nonexistent' })
   t.match(await h.app.apply(without), { removed: ['billing'] })
   await until(() => !files.watching)
   t.pass('no longer watched once the route retired')
