@@ -144,7 +144,10 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   if (forward !== undefined) metrics.watchForwardProxy(events)
   for (const { which, route, files } of credentials.certificates) metrics.watchCertificate(which, route, files)
   const unwatchCertificates = new Map<Route, () => void>()
-  for (const route of routes) if (route.certificate !== undefined) unwatchCertificates.set(route, metrics.watchCertificate('upstream', route.name, route.certificate.files))
+  const watchCertificateOf = (route: Route): void => {
+    if (route.certificate !== undefined) unwatchCertificates.set(route, metrics.watchCertificate('upstream', route.name, route.certificate.files))
+  }
+  for (const route of routes) watchCertificateOf(route)
   // An access line has fixed fields, none secret; pino's redaction paths
   // cost a sixth of a proxied request's CPU when checked on every line.
   const accessLogger = proxyLog.child({}, { redact: [] })
@@ -198,7 +201,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     const { applied, made } = await routeSet.apply(next, retired).catch((err: unknown) => { release(); throw err })
     release()
     watchCredentials()
-    for (const route of made) if (route.certificate !== undefined) unwatchCertificates.set(route, metrics.watchCertificate('upstream', route.name, route.certificate.files))
+    for (const route of made) watchCertificateOf(route)
     await tls.watch()
     accessLog = next.accessLog
     return applied

@@ -148,12 +148,12 @@ export function createMetrics (routes: string[]): Metrics {
       credential.events.on('grant', (grant, outcome) => grants.inc({ grant_type: grant, outcome, route }))
       credential.events.on('logout', (outcome) => logouts.inc({ outcome, route }))
       credential.events.on('dpop_refused', (reason) => dpopRefusals.inc({ reason, route }))
-      return () => { credentials.splice(credentials.indexOf(watched), 1) }
+      return removal(credentials, watched)
     },
     watchCertificate (certificate, route, source) {
       const watched = { labels: { certificate, route }, source }
       certificates.push(watched)
-      return () => { if (certificates.includes(watched)) certificates.splice(certificates.indexOf(watched), 1) }
+      return removal(certificates, watched)
     },
     countShed (listener) {
       for (const reason of SHED_REASONS) shed.inc({ listener, reason }, 0)
@@ -175,5 +175,13 @@ export function createMetrics (routes: string[]): Metrics {
       for (const reason of UPSTREAM_ERROR_REASONS) upstreamErrors.inc({ reason, route: '-' }, 0)
       events.on('forward_connection', (outcome) => connections.inc({ outcome }))
     }
+  }
+}
+
+/** What takes `item` out of `list`: a second call takes nothing else. */
+function removal<T> (list: T[], item: T): () => void {
+  return () => {
+    const at = list.indexOf(item)
+    if (at !== -1) list.splice(at, 1)
   }
 }
