@@ -3,14 +3,17 @@ import t from 'tap'
 import { LOG_FLUSH_MS } from '../../src/logger.js'
 import { root, runTs } from '../helpers/process.js'
 
+/** A module that makes the sidecar's logger, `log`, at info, then runs `lines`. */
+function loggingScript (...lines: string[]): string {
+  return ["import { createLogger } from './src/logger.js'", "const log = createLogger('info')", ...lines].join('\n')
+}
+
 t.test('a process that exits right after logging keeps its last lines', async (t) => {
-  const script = [
-    "import { createLogger } from './src/logger.js'",
-    "const log = createLogger('info')",
+  const script = loggingScript(
     "log.info({ requestId: 'r-1' }, 'first')",
     "log.error({ code: 3 }, 'last words')",
     'process.exit(3)'
-  ].join('\n')
+  )
   const { code, stdout } = await runTs(['--input-type=module', '-e', script])
   t.equal(code, 3, 'the exit code the process chose')
   const lines = stdout.trim().split('\n').map((l) => JSON.parse(l) as { msg: string })
@@ -18,12 +21,10 @@ t.test('a process that exits right after logging keeps its last lines', async (t
 })
 
 t.test('a quiet process writes a line within LOG_FLUSH_MS, not only once a batch is full', async (t) => {
-  const script = [
-    "import { createLogger } from './src/logger.js'",
-    "const log = createLogger('info')",
+  const script = loggingScript(
     "log.info({ event: 'token' }, 'token obtained')",
     'setTimeout(() => {}, 10_000)'
-  ].join('\n')
+  )
   const child = spawn(process.execPath, [`--import=${root}node_modules/@tapjs/typescript/dist/esm/import.mjs`, '--input-type=module', '-e', script], { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] })
   t.teardown(() => { child.kill('SIGKILL') })
   let spawned = 0
@@ -42,13 +43,11 @@ t.test('a quiet process writes a line within LOG_FLUSH_MS, not only once a batch
 })
 
 t.test('a configuration logged by mistake shows no credential of any route', async (t) => {
-  const script = [
-    "import { createLogger } from './src/logger.js'",
-    "const log = createLogger('info')",
+  const script = loggingScript(
     "const sources = { password: { variable: 'AUTH_PASSWORD', value: 'hunter2-secret' } }",
     "log.info({ config: { routes: [{ name: 'default', credential: { sources } }, { name: 'billing', credential: { sources } }] } }, 'config')",
     'process.exit(0)'
-  ].join('\n')
+  )
   const { code, stdout } = await runTs(['--input-type=module', '-e', script])
   t.equal(code, 0)
   t.notMatch(stdout, /hunter2-secret/, 'no route\'s secret in the line')
