@@ -67,7 +67,8 @@ export class ConfigReloader<C extends ReloadedConfig> {
     return await this.#running
   }
 
-  readonly #changed = (): void => { void this.reload('file changed') }
+  /** the watch's check at its start finds the file as read, nearly always: that is not worth a line */
+  readonly #changed = (check: boolean): void => { void this.reload(check ? WATCH_CHECK : 'file changed') }
 
   async #reload (why: string): Promise<void> {
     const { log } = this.#o
@@ -85,7 +86,7 @@ export class ConfigReloader<C extends ReloadedConfig> {
     // the file's settings the environment overrides: an edit of one of them changes nothing
     const overridden = next.file !== undefined && next.file.overridden.length > 0 ? { overriddenByEnvironment: next.file.overridden } : {}
     if (sameVariables(next, this.#config)) {
-      log.info({ event: 'config_reload', outcome: 'unchanged', why, ...(file !== undefined && { file }), ...overridden }, 'configuration read again: unchanged')
+      if (why !== WATCH_CHECK) log.info({ event: 'config_reload', outcome: 'unchanged', why, ...(file !== undefined && { file }), ...overridden }, 'configuration read again: unchanged')
       return
     }
     let applied: Applied
@@ -105,6 +106,8 @@ export class ConfigReloader<C extends ReloadedConfig> {
       : `configuration reloaded; ${applied.restart.join(', ')} take effect at the next restart`)
   }
 }
+
+const WATCH_CHECK = 'file checked as its watch started'
 
 function sameVariables (a: ReloadedConfig, b: ReloadedConfig): boolean {
   const names = new Set([...Object.keys(a.variables), ...Object.keys(b.variables)])

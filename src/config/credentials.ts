@@ -53,7 +53,7 @@ export class CredentialStore {
     return creds
   }
 
-  /** Calls `listener` whenever one of the credential files changes. */
+  /** Calls `listener` whenever a credential file's value changes. */
   onChange (listener: () => void): void {
     this.#listener = listener
     this.#unwatch ??= watchFiles(this.#files, this.#changed)
@@ -66,7 +66,11 @@ export class CredentialStore {
   }
 
   readonly #changed = (): void => {
-    this.#listener?.()
+    // a file rewritten with the same value (or found unchanged by the watch's check) is no change to tell
+    const before = new Map(this.#last)
+    this.read().then(() => {
+      if ([...this.#last].some(([file, value]) => before.get(file) !== value)) this.#listener?.()
+    }, () => {})
   }
 
   async #value (source: CredentialSource): Promise<string> {
