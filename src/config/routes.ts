@@ -196,13 +196,19 @@ function credentialOf (name: string, upper: string, set: Record<string, string>,
   return exchanged
 }
 
+/**
+ * The AUTH_* part of the schema, made once: env-schema's Ajv keeps every
+ * schema object it is given compiled, so one made per call would be compiled
+ * again for each route and kept for good at each reload.
+ */
+const AUTH_SCHEMA = { ...envJsonSchema, properties: Object.fromEntries(AUTH_VARIABLES.map((v) => [v, envJsonSchema.properties[v]])) }
+
 /** A route's AUTH_* settings checked as the default route's are, its problems said with its name. */
 function authOf (name: string, upper: string, data: Record<string, unknown>, o: RouteInput, problems: string[], warnings: string[]): AuthSettings | undefined {
   const said = (text: string): string => `route ${name}: ${text.replace(/\b(AUTH_[A-Z_]+)/g, (variable) => variable in data && !(variable in o.defaultAuth && o.defaultAuth[variable] === data[variable]) ? `ROUTE_${upper}_${variable}` : variable)}`
-  const schema = { ...envJsonSchema, properties: Object.fromEntries(AUTH_VARIABLES.map((v) => [v, envJsonSchema.properties[v]])) }
   let raw: Raw
   try {
-    raw = envSchema({ schema, data, env: false, dotenv: false }) as Raw
+    raw = envSchema({ schema: AUTH_SCHEMA, data, env: false, dotenv: false }) as Raw
   } catch (err) {
     const errors = (err as { errors?: SchemaError[] }).errors
     if (errors === undefined) throw err
