@@ -107,7 +107,7 @@ export class ConfigReloader<C extends ReloadedConfig> {
   }
 }
 
-const WATCH_CHECK = 'file checked as its watch started'
+const WATCH_CHECK = 'file changed while starting'
 
 function sameVariables (a: ReloadedConfig, b: ReloadedConfig): boolean {
   const names = new Set([...Object.keys(a.variables), ...Object.keys(b.variables)])

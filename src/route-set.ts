@@ -43,7 +43,8 @@ export interface RouteSetOptions {
  * as it is; a changed or new one is made anew, its credential the one
  * held for the same credential settings when there is one (so no new
  * grant); one no longer there leaves the tables, its requests in flight
- * finishing on its connections before they close.
+ * finishing on its connections before they close, and then its WebSocket
+ * sessions end.
  */
 export class RouteSet {
   #routes: Route[]
@@ -133,7 +134,7 @@ export class RouteSet {
           routes.push(old)
           continue
         }
-        const route = await Route.build(c, deps)
+        const route = await Route.build(c, deps, old?.sessions)
         made.push(route)
         routes.push(route)
         applied[old === undefined ? 'added' : 'changed'].push(c.name)
@@ -151,7 +152,7 @@ export class RouteSet {
     this.#forward?.serve(deps, routes)
     for (const route of left) {
       this.#retiring.add(route)
-      void route.retire().finally(() => {
+      void route.retire(applied.removed.includes(route.name)).finally(() => {
         this.#retiring.delete(route)
         retired(route)
       })

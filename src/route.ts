@@ -5,7 +5,7 @@ import { Pool, type Dispatcher } from 'undici'
 import type { Config, RouteConfig } from './config/load.js'
 import { originConnector } from './connector.js'
 import type { ProxyEvents, UpstreamConnection } from './proxy/context.js'
-import { InProgress, type TableEntry } from './proxy/route-table.js'
+import { InProgress, type OpenSession, type TableEntry } from './proxy/route-table.js'
 import type { Listener } from './proxy/server.js'
 import type { Tracing } from './tracing/tracing.js'
 import { UpstreamSlots } from './proxy/upstream-slots.js'
@@ -62,14 +62,17 @@ export class Route {
   readonly slots: UpstreamSlots
   /** the requests it took, on every listener, not answered yet */
   readonly requests = new InProgress()
+  /** its WebSocket sessions, those of the versions of it before included: they end when the route is removed */
+  readonly sessions: Set<OpenSession>
   /** its upstream client certificate, when it presents one */
   readonly certificate: CertificateInUse | undefined
   #listener: FastifyInstance | undefined
   /** lets go of its TLS files, so that a route gone leaves none watched */
   #releaseFiles = (): void => {}
 
-  private constructor (config: RouteConfig, credential: HeldCredential, upstream: TlsDispatcher<UpstreamConnection>, slots: UpstreamSlots, certificate: CertificateInUse | undefined) {
+  private constructor (config: RouteConfig, credential: HeldCredential, upstream: TlsDispatcher<UpstreamConnection>, slots: UpstreamSlots, certificate: CertificateInUse | undefined, sessions: Set<OpenSession>) {
     this.config = config
+    this.sessions = sessions
     this.credential = credential
     this.upstream = upstream
     this.slots = slots
@@ -80,7 +83,8 @@ export class Route {
 
   readonly #tokenReplaced = (): void => { this.upstream.retire() }
 
-  static async build (config: RouteConfig, deps: RouteDeps): Promise<Route> {
+  /** `sessions`: those of the version it replaces, which go on with it */
+  static async build (config: RouteConfig, deps: RouteDeps, sessions = new Set<OpenSession>()): Promise<Route> {
     const credential = await deps.credentials.of(config.credential, deps.config)
     const files = config.tls === undefined ? undefined : await deps.tls.of(config.tls, config.name === 'default' ? 'upstream' : `upstream (route ${config.name})`)
     const upstream = new TlsDispatcher((connect, onTlsError) => {
@@ -89,7 +93,7 @@ export class Route {
       return made
     }, files, () => credential.current()?.certificate)
     const certificate = files?.certificate === undefined ? undefined : { which: 'upstream' as const, route: config.name, files }
-    const route = new Route(config, credential, upstream, new UpstreamSlots(deps.config.upstream.connections), certificate)
+    const route = new Route(config, credential, upstream, new UpstreamSlots(deps.config.upstream.connections), certificate, sessions)
     if (files !== undefined) route.#releaseFiles = once(() => { deps.tls.release(files) })
     return route
   }
@@ -131,7 +135,8 @@ export class Route {
         log: deps.log,
         events: deps.events
       },
-      requests: this.requests
+      requests: this.requests,
+      sessions: this.sessions
     }
   }
 
@@ -140,10 +145,17 @@ export class Route {
     return this.upstream.unusable() ?? this.credential.notReadyReason()
   }
 
-  /** Closes its upstream connections once the requests it took are done: a new configuration left it out. */
-  async retire (): Promise<void> {
+  /**
+   * Closes its upstream connections once the requests it took are done: a
+   * new configuration left it out. `removed` (no route of its name is left),
+   * its WebSocket sessions are ended with 1001 too, so that their clients
+   * reconnect to what serves now; a changed route's go on over the
+   * connections they opened.
+   */
+  async retire (removed: boolean): Promise<void> {
     this.credential.events.off('token', this.#tokenReplaced)
     await this.requests.idle()
+    if (removed) for (const session of this.sessions) session.close('route removed')
     await this.upstream.close()
     this.#releaseFiles()
   }

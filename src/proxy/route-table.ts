@@ -2,10 +2,16 @@ import type { FastifyRequest } from 'fastify'
 import type { ProxyContext } from './context.js'
 import { upstreamTarget, type UpstreamTarget } from './target.js'
 
-/** One route as a listener serves it: its parts, its requests in progress. */
+/** One route as a listener serves it: its parts, its requests in progress, its WebSocket sessions. */
 export interface TableEntry {
   context: ProxyContext
   requests: InProgress
+  sessions: Set<OpenSession>
+}
+
+/** A WebSocket session (or a handshake under way), and what ends it with 1001, saying why. */
+export interface OpenSession {
+  close: (reason: string) => void
 }
 
 /** The requests a route took that are not answered yet (on every listener), so that a route replaced closes after them. */

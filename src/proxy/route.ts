@@ -33,7 +33,7 @@ export async function serveRoutes (app: FastifyInstance, o: ServeOptions): Promi
     const entry = request.sidecarRoute
     const target = request.sidecarTarget
     if (entry === undefined || target === undefined) return unrouted(request, reply)
-    if (isUpgrade(request.raw)) websockets.handshake(request, reply, entry.context, target)
+    if (isUpgrade(request.raw)) websockets.handshake(request, reply, entry, target)
     else forward(request, reply, entry.context, target)
   }
   app.route({ method: o.methods, url: '/', handler })

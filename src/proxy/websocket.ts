@@ -10,6 +10,7 @@ import { ClientGoneError, InvalidStatusError } from '../errors.js'
 import { countHeader, forwardedHeaders, schemeOf } from './headers.js'
 import { sendError } from './replies.js'
 import { takeConnection } from './upgrade.js'
+import type { OpenSession, TableEntry } from './route-table.js'
 import type { UpstreamTarget } from './target.js'
 import { relay } from './websocket-relay.js'
 
@@ -50,24 +51,25 @@ export function handshakeProblem (req: IncomingMessage): string | undefined {
  */
 export class WebSocketSessions {
   /** every handshake under way and session open, closed on shutdown */
-  readonly #live = new Set<{ close(): void }>()
+  readonly #live = new Set<OpenSession>()
   #closing = false
 
-  /** Forwards one handshake that reached a route. */
-  handshake (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, target: UpstreamTarget): void {
+  /** Forwards one handshake that reached a route; its session is counted among the route's too. */
+  handshake (request: FastifyRequest, reply: FastifyReply, route: TableEntry, target: UpstreamTarget): void {
+    const o = route.context
     const problem = handshakeProblem(request.raw)
     if (problem !== undefined) {
       o.log.debug({ requestId: request.id, problem }, 'websocket handshake refused')
       return sendError(reply, 'bad_request')
     }
     if (this.#closing) return sendError(reply, 'overloaded', { close: true })
-    new Handshake(request, reply, o, this.#live, target).start()
+    new Handshake(request, reply, o, this.#live, route.sessions, target).start()
   }
 
   /** Closes every open WebSocket with 1001 (going away), and every handshake still under way. */
   close (): void {
     this.#closing = true
-    for (const session of this.#live) session.close()
+    for (const session of this.#live) session.close('proxy shutting down')
   }
 }
 
@@ -81,7 +83,10 @@ class Handshake implements Transport {
   readonly #request: FastifyRequest
   readonly #reply: FastifyReply
   readonly #o: ProxyContext
-  readonly #live: Set<{ close(): void }>
+  /** the listener's sessions */
+  readonly #live: Set<OpenSession>
+  /** the route's sessions */
+  readonly #sessions: Set<OpenSession>
   readonly #target: UpstreamTarget
   readonly #attempt: Attempt
   /** the latest upstream handshake */
@@ -89,12 +94,13 @@ class Handshake implements Transport {
   /** on shutdown, a handshake still under way is cut with its connection */
   readonly #cut = { close: () => this.#request.raw.socket.destroy() }
 
-  constructor (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, live: Set<{ close(): void }>, target: UpstreamTarget) {
+  constructor (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, live: Set<OpenSession>, sessions: Set<OpenSession>, target: UpstreamTarget) {
     this.#target = target
     this.#request = request
     this.#reply = reply
     this.#o = o
     this.#live = live
+    this.#sessions = sessions
     this.#attempt = new Attempt(request, reply, o, this, { replayable: true, failedAs: 'websocket upstream failed', path: target.path })
   }
 
@@ -167,12 +173,14 @@ class Handshake implements Transport {
     up.pause()
     const { socket, head } = connection
     const wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: this.#o.route.websocketMaxMessageBytes, handleProtocols: () => up.protocol === '' ? false : up.protocol })
-    const session = { close: () => downstream === undefined ? socket.destroy() : downstream.close(1001, 'proxy shutting down') }
+    const session = { close: (reason: string) => downstream === undefined ? socket.destroy() : downstream.close(1001, reason) }
     let downstream: WebSocket | undefined
     this.#live.add(session)
+    this.#sessions.add(session)
     // one access line per session, when it ends
     socket.once('close', () => {
       this.#live.delete(session)
+      this.#sessions.delete(session)
       if (downstream === undefined) up.terminate()
       this.#o.events.emit('response', accessLine(this.#request, downstream === undefined ? 499 : 101, performance.now() - this.#request.sidecarStarted, this.#o.route.name))
     })
