@@ -133,16 +133,21 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   const certificates = [...credentials.certificates, ...routes.flatMap((route) => route.certificate === undefined ? [] : [route.certificate])]
 
   const metrics = createMetrics(routes.map((route) => route.name))
+  // each credential and its certificate to the auth server, watched until it stops
   const watched = new Map<HeldCredential, () => void>()
   const watchCredentials = (): void => {
-    for (const { config: c, credential } of credentials.all) {
-      if (!watched.has(credential)) watched.set(credential, metrics.watchCredential(c.name, credential, { dpop: c.auth.mode === 'oauth2' && c.auth.dpop !== undefined }))
+    for (const { config: c, credential, tls } of credentials.all) {
+      if (watched.has(credential)) continue
+      const unwatch = [
+        metrics.watchCredential(c.name, credential, { dpop: c.auth.mode === 'oauth2' && c.auth.dpop !== undefined }),
+        ...(tls?.certificate === undefined ? [] : [metrics.watchCertificate('auth', c.name, tls)])
+      ]
+      watched.set(credential, () => { for (const stop of unwatch) stop() })
     }
   }
   watchCredentials()
   metrics.watchProxy(events)
   if (forward !== undefined) metrics.watchForwardProxy(events)
-  for (const { which, route, files } of credentials.certificates) metrics.watchCertificate(which, route, files)
   // each route's name and certificate, watched until it retires
   const unwatchRoutes = new Map<Route, () => void>()
   const watchRoutes = (): void => {
