@@ -133,21 +133,31 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   const certificates = [...credentials.certificates, ...routes.flatMap((route) => route.certificate === undefined ? [] : [route.certificate])]
 
   const metrics = createMetrics(routes.map((route) => route.name))
+  // each credential and its certificate to the auth server, watched until it stops
   const watched = new Map<HeldCredential, () => void>()
   const watchCredentials = (): void => {
-    for (const { config: c, credential } of credentials.all) {
-      if (!watched.has(credential)) watched.set(credential, metrics.watchCredential(c.name, credential, { dpop: c.auth.mode === 'oauth2' && c.auth.dpop !== undefined }))
+    for (const { config: c, credential, tls } of credentials.all) {
+      if (watched.has(credential)) continue
+      const unwatch = [
+        metrics.watchCredential(c.name, credential, { dpop: c.auth.mode === 'oauth2' && c.auth.dpop !== undefined }),
+        ...(tls?.certificate === undefined ? [] : [metrics.watchCertificate('auth', c.name, tls)])
+      ]
+      watched.set(credential, () => { for (const stop of unwatch) stop() })
     }
   }
   watchCredentials()
   metrics.watchProxy(events)
   if (forward !== undefined) metrics.watchForwardProxy(events)
-  for (const { which, route, files } of credentials.certificates) metrics.watchCertificate(which, route, files)
-  const unwatchCertificates = new Map<Route, () => void>()
-  const watchCertificateOf = (route: Route): void => {
-    if (route.certificate !== undefined) unwatchCertificates.set(route, metrics.watchCertificate('upstream', route.name, route.certificate.files))
+  // each route's name and certificate, watched until it retires
+  const unwatchRoutes = new Map<Route, () => void>()
+  const watchRoutes = (): void => {
+    for (const route of routeSet.all) {
+      if (unwatchRoutes.has(route)) continue
+      const unwatch = [metrics.watchRoute(route.name), ...(route.certificate === undefined ? [] : [metrics.watchCertificate('upstream', route.name, route.certificate.files)])]
+      unwatchRoutes.set(route, () => { for (const stop of unwatch) stop() })
+    }
   }
-  for (const route of routes) watchCertificateOf(route)
+  watchRoutes()
   // An access line has fixed fields, none secret; pino's redaction paths
   // cost a sixth of a proxied request's CPU when checked on every line.
   const accessLogger = proxyLog.child({}, { redact: [] })
@@ -198,23 +208,32 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   /** A new version of the configuration, applied (one at a time). */
   async function apply (next: Config): Promise<Applied> {
     // the credentials a version that failed to apply made are stopped with the unused ones
-    const { applied, made } = await routeSet.apply(next, retired).catch((err: unknown) => { release(); throw err })
+    const { applied } = await routeSet.apply(next, retired).catch((err: unknown) => { release(); throw err })
     release()
-    watchCredentials()
-    for (const route of made) watchCertificateOf(route)
     await tls.watch()
     accessLog = next.accessLog
     return applied
   }
-  /** A route left out, its requests done: its certificate's series goes, and credentials it alone held stop. */
+  /**
+   * A route left out, its requests done: its certificate's series goes, and
+   * credentials it alone held stop; its name's series go unless a route or
+   * credential in use still carries the name.
+   */
   function retired (route: Route): void {
-    unwatchCertificates.get(route)?.()
-    unwatchCertificates.delete(route)
     release()
+    unwatchRoutes.get(route)?.()
+    unwatchRoutes.delete(route)
   }
-  /** Stops the credentials no route holds any more (a route left out holds its own until its requests are done). */
+  /**
+   * Stops the credentials no route holds any more (a route left out holds
+   * its own until its requests are done). What the routes in use hold is
+   * watched first: a route left out can retire before `apply` resumes, and
+   * the name it shares with its successor must keep its series.
+   */
   function release (): void {
     if (closing) return
+    watchRoutes()
+    watchCredentials()
     for (const credential of credentials.retain(routeSet.credentials)) {
       watched.get(credential)?.()
       watched.delete(credential)

@@ -19,6 +19,14 @@ export interface Metrics {
    */
   /** returns what stops watching it (a credential a new configuration left out) */
   watchCredential(route: string, credential: Credential, options: { dpop: boolean }): () => void
+  /**
+   * Counts a route's upstream failures from 0 under its name; returns what
+   * lets go of the name. Once no route and no credential watched under a
+   * name holds it, every series labelled with it goes: a route removed
+   * leaves none behind, while a changed one, watched anew before the one it
+   * replaces lets go, keeps counting.
+   */
+  watchRoute(route: string): () => void
   /** Counts the proxy's answers and failures. */
   watchProxy(events: EventEmitter<ProxyEvents>): void
   /** Counts the forward proxy's connections by outcome (from 0, once it is on). */
@@ -52,6 +60,10 @@ export function createMetrics (routes: string[]): Metrics {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
   const credentials: Array<{ route: string, credential: Credential }> = []
+  /** how many routes and credentials are watched under each route label */
+  const holders = new Map<string, number>()
+  /** the statuses answered, for taking a route's request series out */
+  const statuses = new Set<number>()
 
   const grants = new Counter({
     name: `${PREFIX}token_grants_total`,
@@ -136,19 +148,50 @@ export function createMetrics (routes: string[]): Metrics {
     registers: [registry]
   })
 
+  /** Holds `route`'s label; the last hold let go takes every series carrying it. */
+  const hold = (route: string): () => void => {
+    holders.set(route, (holders.get(route) ?? 0) + 1)
+    let held = true
+    return () => {
+      if (!held) return
+      held = false
+      const left = holders.get(route)! - 1
+      if (left > 0) {
+        holders.set(route, left)
+        return
+      }
+      holders.delete(route)
+      for (const reason of UPSTREAM_ERROR_REASONS) upstreamErrors.remove({ reason, route })
+      for (const status of statuses) requests.remove({ status, route })
+      for (const grantType of GRANT_TYPES) for (const outcome of OUTCOMES) grants.remove({ grant_type: grantType, outcome, route })
+      for (const outcome of LOGOUT_OUTCOMES) logouts.remove({ outcome, route })
+      for (const reason of DPOP_REFUSALS) dpopRefusals.remove({ reason, route })
+    }
+  }
+
   return {
     registry,
     countReload: (outcome) => reloads.inc({ outcome }),
     watchCredential (route, credential, { dpop }) {
       const watched = { route, credential }
       credentials.push(watched)
+      const unhold = hold(route)
       for (const grantType of GRANT_TYPES) for (const outcome of OUTCOMES) grants.inc({ grant_type: grantType, outcome, route }, 0)
       for (const outcome of LOGOUT_OUTCOMES) logouts.inc({ outcome, route }, 0)
       if (dpop) for (const reason of DPOP_REFUSALS) dpopRefusals.inc({ reason, route }, 0)
-      credential.events.on('grant', (grant, outcome) => grants.inc({ grant_type: grant, outcome, route }))
-      credential.events.on('logout', (outcome) => logouts.inc({ outcome, route }))
-      credential.events.on('dpop_refused', (reason) => dpopRefusals.inc({ reason, route }))
-      return removal(credentials, watched)
+      // a credential stopped still ends its session: counted while its label is held, so that it brings no series back
+      credential.events.on('grant', (grant, outcome) => { if (holders.has(route)) grants.inc({ grant_type: grant, outcome, route }) })
+      credential.events.on('logout', (outcome) => { if (holders.has(route)) logouts.inc({ outcome, route }) })
+      credential.events.on('dpop_refused', (reason) => { if (holders.has(route)) dpopRefusals.inc({ reason, route }) })
+      const remove = removal(credentials, watched)
+      return () => {
+        remove()
+        unhold()
+      }
+    },
+    watchRoute (route) {
+      for (const reason of UPSTREAM_ERROR_REASONS) upstreamErrors.inc({ reason, route }, 0)
+      return hold(route)
     },
     watchCertificate (certificate, route, source) {
       const watched = { labels: { certificate, route }, source }
@@ -160,7 +203,10 @@ export function createMetrics (routes: string[]): Metrics {
       return (reason) => shed.inc({ listener, reason })
     },
     watchProxy (events) {
-      events.on('response', (line) => requests.observe({ status: line.status, route: line.route }, line.durationMs / 1000))
+      events.on('response', (line) => {
+        statuses.add(line.status)
+        requests.observe({ status: line.status, route: line.route }, line.durationMs / 1000)
+      })
       events.on('upstream_error', ({ reason, route }) => upstreamErrors.inc({ reason, route }))
     },
     watchForwardProxy (events) {

@@ -89,8 +89,9 @@ const NETWORK_CODES = /ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|EHOSTUNREACH|E
 
 /**
  * What to change, for a failed step: credentials, URLs, TLS trust or the
- * egress proxy. `auth`: the settings whose AUTH_ISSUER_URL tells a failed
- * discovery (its message says what to change) from a wrong token URL.
+ * egress proxy. `auth`: the failing credential's settings, whose
+ * AUTH_ISSUER_URL tells a failed discovery (its message says what to
+ * change) from a wrong token URL.
  */
 export function advice (failure: unknown, egress: Config['egress'], side: 'auth' | 'upstream', auth?: CredentialAuth): string {
   const message = failure instanceof Error ? failure.message : String(failure)

@@ -4,7 +4,7 @@ import type { Readable } from 'node:stream'
 import { Writable } from 'node:stream'
 import { buildApp, type App } from '../app.js'
 import { argumentProblem } from '../arguments.js'
-import { defaultRouteOf, readConfiguration, type Config, type CredentialConfig } from '../config/load.js'
+import { readConfiguration, type Config, type CredentialConfig } from '../config/load.js'
 import type { HeldCredential } from '../token/registry.js'
 import { metadataUrl, wellKnownUrl } from '../config/auth.js'
 import { errorBody, ERRORS, type ErrorCode } from '../errors.js'
@@ -107,8 +107,6 @@ type CheckSettings = Pick<Config, 'routes' | 'egress' | 'token' | 'upstream'>
  */
 async function steps (app: App, config: CheckSettings, args: CheckArgs, say: Say): Promise<number> {
   const named = config.routes.length > 1
-  // a failed discovery is told from a wrong token URL by the default route's AUTH_ISSUER_URL
-  const adviceAuth = defaultRouteOf(config).credential.auth
   const of = (step: string, route: string): string => named ? `${step} (route ${route})` : step
   // each credential once, with the first route that uses it
   const credentials = new Map<CredentialConfig, HeldCredential>()
@@ -168,7 +166,7 @@ async function steps (app: App, config: CheckSettings, args: CheckArgs, say: Say
         const issuer = url === wellKnownUrl(c.auth.issuerUrl) || url === metadataUrl(c.auth.issuerUrl) ? '' : `issuer ${endpoints?.issuer ?? ''}, `
         say('ok', of('discovery', c.name), `${url}: ${issuer}${found.join(', ')}`)
       } catch (err) {
-        say('FAIL', of('discovery', c.name), `${(err as Error).message}${advice(err, config.egress, 'auth', adviceAuth)}`)
+        say('FAIL', of('discovery', c.name), `${(err as Error).message}${advice(err, config.egress, 'auth', c.auth)}`)
         failed(CHECK_EXIT.discovery)
         continue
       }
@@ -186,7 +184,7 @@ async function steps (app: App, config: CheckSettings, args: CheckArgs, say: Say
       if (bound.failed) failed(CHECK_EXIT.grant)
       usable.add(c)
     } catch (err) {
-      say('FAIL', of(step, c.name), `${(err as Error).message}${advice(err, config.egress, 'auth', adviceAuth)}`)
+      say('FAIL', of(step, c.name), `${(err as Error).message}${advice(err, config.egress, 'auth', c.auth)}`)
       failed(CHECK_EXIT.grant)
     }
   }

@@ -28,8 +28,10 @@ interface Held {
   store?: CredentialStore
   /** what its auth server client is made of, for the exchanges of its token (each with connections of its own) */
   client?: (connections: TlsDispatcher[]) => OAuthClient
-  /** its TLS files for the auth server */
+  /** its TLS files for the auth server, released when it stops; an exchange has its subject's */
   tls?: TlsFiles | undefined
+  /** stops following its TLS files' changes */
+  unfollow?: () => void
   /** the connections to the auth server it made */
   connections: TlsDispatcher[]
   /** the settings every credential shares, as it was made with */
@@ -99,9 +101,9 @@ export class CredentialRegistry {
     this.#deps = deps
   }
 
-  /** Every credential, in the order they were made (a subject before its exchanges). */
-  get all (): Array<{ config: CredentialConfig, credential: HeldCredential }> {
-    return [...this.#held.values()].map(({ config, credential }) => ({ config, credential }))
+  /** Every credential, in the order they were made (a subject before its exchanges), with the TLS files it presents to the auth server. */
+  get all (): Array<{ config: CredentialConfig, credential: HeldCredential, tls: TlsFiles | undefined }> {
+    return [...this.#held.values()].map(({ config, credential, tls }) => ({ config, credential, tls }))
   }
 
   /**
@@ -177,6 +179,8 @@ export class CredentialRegistry {
   async #end (held: Held): Promise<void> {
     held.credential.stop()
     held.store?.close()
+    held.unfollow?.()
+    if (held.tls !== undefined) this.#deps.tls.release(held.tls)
     if (held.config.auth.mode === 'oauth2' && held.config.auth.logoutOnShutdown) await held.credential.endSession(held.timeoutMs)
     await Promise.all(held.connections.map(async (connections) => await connections.destroy()))
   }
@@ -214,13 +218,11 @@ export class CredentialRegistry {
       })
       const manager = this.#lifecycle(source, config.name, log, clock, secrets, global.token)
       // the exchange is made with its subject's certificate
-      if (tls?.certificate !== undefined) tls.on('change', () => manager.certificateChanged())
-      return { ...held, credential: manager, subject: subjectKey }
+      return { ...held, credential: manager, subject: subjectKey, ...(tls?.certificate !== undefined && { unfollow: follow(tls, manager) }) }
     }
     const store = new CredentialStore(config.sources, (message) => log.warn({ event: 'credentials' }, message))
     if (config.auth.mode === 'basic') return { ...held, store, credential: await BasicCredential.create(store) }
     const { tokenUrl, issuerUrl, discoveryUrl, alternateTokenUrl, grantType, clientAuth, clientId, clientKeyAlg, clientKeyId, scope, params, dpop, dpopAlgSet } = config.auth
-    const tls = config.auth.tls === undefined ? undefined : await this.#deps.tls.of(config.auth.tls, config.name === 'default' ? 'auth' : `auth (route ${config.name})`)
     const dpopKey = dpop === undefined ? undefined : await DpopKey.generate(dpop)
     const client = new ClientAuthenticator({
       clientId,
@@ -229,6 +231,8 @@ export class CredentialRegistry {
       ...(clientKeyId !== undefined && { keyId: clientKeyId }),
       onSecret: (value) => secrets.addToken(value)
     })
+    // taken last, after what can fail: a credential not made holds no TLS files
+    const tls = config.auth.tls === undefined ? undefined : await this.#deps.tls.of(config.auth.tls, config.name === 'default' ? 'auth' : `auth (route ${config.name})`)
     const made = (connections: TlsDispatcher[]): OAuthClient => {
       const http = this.#http(tls, global, connections)
       return new OAuthClient({
@@ -251,8 +255,7 @@ export class CredentialRegistry {
       })
     }
     const manager = this.#lifecycle(new OwnGrants({ server: made(held.connections), credentials: store, clock, log, secrets }), config.name, log, clock, secrets, global.token)
-    if (tls?.certificate !== undefined) tls.on('change', () => manager.certificateChanged())
-    return { ...held, store, credential: manager, client: made, tls }
+    return { ...held, store, credential: manager, client: made, tls, ...(tls?.certificate !== undefined && { unfollow: follow(tls, manager) }) }
   }
 
   #lifecycle (source: TokenSource, route: string, log: pino.Logger, clock: Clock, secrets: SecretScrubber, token: Config['token']): TokenLifecycle {
@@ -269,4 +272,11 @@ export class CredentialRegistry {
       secrets
     })
   }
+}
+
+/** Tells `manager` of each renewal of the certificate in `tls` (its token may be bound to the one before); returns what stops it. */
+function follow (tls: TlsFiles, manager: TokenLifecycle): () => void {
+  const changed = (): void => manager.certificateChanged()
+  tls.on('change', changed)
+  return () => { tls.off('change', changed) }
 }
