@@ -257,8 +257,10 @@ export class TlsFileSets {
     const key = keyOf(paths)
     let files = this.#sets.get(key)
     if (files === undefined) {
-      files = TlsFiles.load(which, paths, this.#log, paths.caFile === undefined ? [] : this.#extra())
-      this.#sets.set(key, files)
+      const loading = files = TlsFiles.load(which, paths, this.#log, paths.caFile === undefined ? [] : this.#extra())
+      this.#sets.set(key, loading)
+      // files that cannot be used are read again by the next one to ask (a later version, once they are fixed)
+      loading.catch(() => { if (this.#sets.get(key) === loading) this.#sets.delete(key) })
     }
     const loaded = await files
     this.#users.set(key, (this.#users.get(key) ?? 0) + 1)
@@ -284,7 +286,7 @@ export class TlsFileSets {
   }
 
   async watch (): Promise<void> {
-    for (const files of this.#sets.values()) (await files).watch()
+    for (const files of this.#sets.values()) (await files.catch(() => undefined))?.watch()
   }
 
   async close (): Promise<void> {
