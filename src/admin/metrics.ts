@@ -148,9 +148,17 @@ export function createMetrics (routes: string[]): Metrics {
     registers: [registry]
   })
 
+  /**
+   * the route names let go: what a removed route's connections report after
+   * it retired (a WebSocket session's access line once its client answers
+   * the close, a tunnel ended late) would bring its series back for good
+   */
+  const released = new Set<string>()
+
   /** Holds `route`'s label; the last hold let go takes every series carrying it. */
   const hold = (route: string): () => void => {
     holders.set(route, (holders.get(route) ?? 0) + 1)
+    released.delete(route)
     let held = true
     return () => {
       if (!held) return
@@ -161,6 +169,7 @@ export function createMetrics (routes: string[]): Metrics {
         return
       }
       holders.delete(route)
+      released.add(route)
       for (const reason of UPSTREAM_ERROR_REASONS) upstreamErrors.remove({ reason, route })
       for (const status of statuses) requests.remove({ status, route })
       for (const grantType of GRANT_TYPES) for (const outcome of OUTCOMES) grants.remove({ grant_type: grantType, outcome, route })
@@ -204,10 +213,11 @@ export function createMetrics (routes: string[]): Metrics {
     },
     watchProxy (events) {
       events.on('response', (line) => {
+        if (released.has(line.route)) return
         statuses.add(line.status)
         requests.observe({ status: line.status, route: line.route }, line.durationMs / 1000)
       })
-      events.on('upstream_error', ({ reason, route }) => upstreamErrors.inc({ reason, route }))
+      events.on('upstream_error', ({ reason, route }) => { if (!released.has(route)) upstreamErrors.inc({ reason, route }) })
     },
     watchForwardProxy (events) {
       const connections = new Counter({

@@ -60,6 +60,9 @@ t.test('a route removed by a new configuration ends its WebSocket sessions with 
   t.same(await second.closed, { code: 1001, reason: 'route removed' }, 'and the one from after it')
   await until(() => up.ended.length === 2)
   t.same(up.ended.map((e) => e.code), [1001, 1001], 'the upstream hears it too')
+  // each session's access line is written when its connection closes, after the route retired
+  await until(() => h.log.lines.filter((l) => l.includes('"route":"chat"') && l.includes('"status":101')).length === 2)
+  t.notMatch(await (await fetch(`${h.adminUrl}/metrics`)).text(), 'route="chat"', 'and its sessions\' ends bring no series of the route back')
   t.equal(await echo(other, 'd'), '/api/stream:d', 'the default route\'s session goes on')
   other.ws.close()
 })
