@@ -205,11 +205,13 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     forward?.ca?.close()
   }
 
+  /** while a version is applied: the credentials it has made are held by no route yet */
+  let applyingVersion = false
   /** A new version of the configuration, applied (one at a time). */
   async function apply (next: Config): Promise<Applied> {
+    applyingVersion = true
     // the credentials a version that failed to apply made are stopped with the unused ones
-    const { applied } = await routeSet.apply(next, retired).catch((err: unknown) => { release(); throw err })
-    release()
+    const { applied } = await routeSet.apply(next, retired).finally(() => { applyingVersion = false; release() })
     await tls.watch()
     accessLog = next.accessLog
     return applied
@@ -234,6 +236,8 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
     if (closing) return
     watchRoutes()
     watchCredentials()
+    // a route of an earlier version that retires meanwhile leaves the stopping to the version's end
+    if (applyingVersion) return
     for (const credential of credentials.retain(routeSet.credentials)) {
       watched.get(credential)?.()
       watched.delete(credential)
