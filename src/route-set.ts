@@ -43,8 +43,8 @@ export interface RouteSetOptions {
  * as it is; a changed or new one is made anew, its credential the one
  * held for the same credential settings when there is one (so no new
  * grant); one no longer there leaves the tables, its requests in flight
- * finishing on its connections before they close, and then its WebSocket
- * sessions end.
+ * finishing on its connections before they close, its WebSocket sessions
+ * ended at once.
  */
 export class RouteSet {
   #routes: Route[]

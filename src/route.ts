@@ -5,7 +5,7 @@ import { Pool, type Dispatcher } from 'undici'
 import type { Config, RouteConfig } from './config/load.js'
 import { originConnector } from './connector.js'
 import type { ProxyEvents, UpstreamConnection } from './proxy/context.js'
-import { InProgress, type OpenSession, type TableEntry } from './proxy/route-table.js'
+import { InProgress, RouteSessions, type TableEntry } from './proxy/route-table.js'
 import type { Listener } from './proxy/server.js'
 import type { Tracing } from './tracing/tracing.js'
 import { UpstreamSlots } from './proxy/upstream-slots.js'
@@ -63,14 +63,14 @@ export class Route {
   /** the requests it took, on every listener, not answered yet */
   readonly requests = new InProgress()
   /** its WebSocket sessions, those of the versions of it before included: they end when the route is removed */
-  readonly sessions: Set<OpenSession>
+  readonly sessions: RouteSessions
   /** its upstream client certificate, when it presents one */
   readonly certificate: CertificateInUse | undefined
   #listener: FastifyInstance | undefined
   /** lets go of its TLS files, so that a route gone leaves none watched */
   #releaseFiles = (): void => {}
 
-  private constructor (config: RouteConfig, credential: HeldCredential, upstream: TlsDispatcher<UpstreamConnection>, slots: UpstreamSlots, certificate: CertificateInUse | undefined, sessions: Set<OpenSession>) {
+  private constructor (config: RouteConfig, credential: HeldCredential, upstream: TlsDispatcher<UpstreamConnection>, slots: UpstreamSlots, certificate: CertificateInUse | undefined, sessions: RouteSessions) {
     this.config = config
     this.sessions = sessions
     this.credential = credential
@@ -84,7 +84,7 @@ export class Route {
   readonly #tokenReplaced = (): void => { this.upstream.retire() }
 
   /** `sessions`: those of the version it replaces, which go on with it */
-  static async build (config: RouteConfig, deps: RouteDeps, sessions = new Set<OpenSession>()): Promise<Route> {
+  static async build (config: RouteConfig, deps: RouteDeps, sessions = new RouteSessions()): Promise<Route> {
     const credential = await deps.credentials.of(config.credential, deps.config)
     const files = config.tls === undefined ? undefined : await deps.tls.of(config.tls, config.name === 'default' ? 'upstream' : `upstream (route ${config.name})`)
     const upstream = new TlsDispatcher((connect, onTlsError) => {
@@ -148,14 +148,14 @@ export class Route {
   /**
    * Closes its upstream connections once the requests it took are done: a
    * new configuration left it out. `removed` (no route of its name is left),
-   * its WebSocket sessions are ended with 1001 too, so that their clients
-   * reconnect to what serves now; a changed route's go on over the
-   * connections they opened.
+   * its WebSocket sessions are ended at once with 1001, those its handshakes
+   * under way open too, so that their clients reconnect to what serves now;
+   * a changed route's go on over the connections they opened.
    */
   async retire (removed: boolean): Promise<void> {
     this.credential.events.off('token', this.#tokenReplaced)
+    if (removed) this.sessions.end('route removed')
     await this.requests.idle()
-    if (removed) for (const session of this.sessions) session.close('route removed')
     await this.upstream.close()
     this.#releaseFiles()
   }

@@ -6,12 +6,33 @@ import { upstreamTarget, type UpstreamTarget } from './target.js'
 export interface TableEntry {
   context: ProxyContext
   requests: InProgress
-  sessions: Set<OpenSession>
+  sessions: RouteSessions
 }
 
 /** A WebSocket session (or a handshake under way), and what ends it with 1001, saying why. */
 export interface OpenSession {
   close: (reason: string) => void
+}
+
+/** A route's open WebSocket sessions; once they are ended, a session opening later is ended as it opens. */
+export class RouteSessions {
+  readonly #open = new Set<OpenSession>()
+  #ended: string | undefined
+
+  add (session: OpenSession): void {
+    if (this.#ended !== undefined) return session.close(this.#ended)
+    this.#open.add(session)
+  }
+
+  delete (session: OpenSession): void {
+    this.#open.delete(session)
+  }
+
+  /** Ends every session, and those that open from now on, with 1001 and `reason`. */
+  end (reason: string): void {
+    this.#ended = reason
+    for (const session of this.#open) session.close(reason)
+  }
 }
 
 /** The requests a route took that are not answered yet (on every listener), so that a route replaced closes after them. */

@@ -10,7 +10,7 @@ import { ClientGoneError, InvalidStatusError } from '../errors.js'
 import { countHeader, forwardedHeaders, schemeOf } from './headers.js'
 import { sendError } from './replies.js'
 import { takeConnection } from './upgrade.js'
-import type { OpenSession, TableEntry } from './route-table.js'
+import type { OpenSession, RouteSessions, TableEntry } from './route-table.js'
 import type { UpstreamTarget } from './target.js'
 import { relay } from './websocket-relay.js'
 
@@ -86,7 +86,7 @@ class Handshake implements Transport {
   /** the listener's sessions */
   readonly #live: Set<OpenSession>
   /** the route's sessions */
-  readonly #sessions: Set<OpenSession>
+  readonly #sessions: RouteSessions
   readonly #target: UpstreamTarget
   readonly #attempt: Attempt
   /** the latest upstream handshake */
@@ -94,7 +94,7 @@ class Handshake implements Transport {
   /** on shutdown, a handshake still under way is cut with its connection */
   readonly #cut = { close: () => this.#request.raw.socket.destroy() }
 
-  constructor (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, live: Set<OpenSession>, sessions: Set<OpenSession>, target: UpstreamTarget) {
+  constructor (request: FastifyRequest, reply: FastifyReply, o: ProxyContext, live: Set<OpenSession>, sessions: RouteSessions, target: UpstreamTarget) {
     this.#target = target
     this.#request = request
     this.#reply = reply
@@ -176,7 +176,6 @@ class Handshake implements Transport {
     const session = { close: (reason: string) => downstream === undefined ? socket.destroy() : downstream.close(1001, reason) }
     let downstream: WebSocket | undefined
     this.#live.add(session)
-    this.#sessions.add(session)
     // one access line per session, when it ends
     socket.once('close', () => {
       this.#live.delete(session)
@@ -189,6 +188,8 @@ class Handshake implements Transport {
       relay(ws, up)
       up.resume()
       if (up.readyState !== WebSocket.OPEN) ws.close(1014, 'upstream closed abnormally')
+      // counted by its route once open, so that a route removed meanwhile ends it with a close frame
+      else this.#sessions.add(session)
     })
   }
 

@@ -5,10 +5,11 @@ import WebSocket, { WebSocketServer } from 'ws'
 import { loadConfig } from '../../src/config/load.js'
 import { build, harnessEnv, until } from '../helpers/build.js'
 
-/** An upstream that echoes each message with the path its session was opened on, and records how each session ended. */
-async function echoUpstream (t: Test): Promise<{ url: string, ended: Array<{ path: string, code: number }> }> {
+/** An upstream that echoes each message with the path its session was opened on, records how each session ended, and answers no HTTP request (counted). */
+async function echoUpstream (t: Test): Promise<{ url: string, ended: Array<{ path: string, code: number }>, requests: string[] }> {
   const ended: Array<{ path: string, code: number }> = []
-  const server = createServer()
+  const requests: string[] = []
+  const server = createServer((req) => { requests.push(req.url ?? '') })
   const wss = new WebSocketServer({ server })
   wss.on('connection', (socket, req) => {
     socket.on('message', (data) => socket.send(`${req.url ?? ''}:${String(data)}`))
@@ -20,7 +21,7 @@ async function echoUpstream (t: Test): Promise<{ url: string, ended: Array<{ pat
     server.closeAllConnections()
     await new Promise<void>((resolve) => server.close(() => resolve()))
   })
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, ended }
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, ended, requests }
 }
 
 interface Session { ws: WebSocket, closed: Promise<{ code: number, reason: string }> }
@@ -54,15 +55,28 @@ t.test('a route removed by a new configuration ends its WebSocket sessions with 
   t.equal(await echo(second, 'b'), '/chat-v2/room:b', 'a new session goes to the changed route')
   t.equal(await echo(first, 'c'), '/chat-v1/room:c', 'one opened before the change goes on where it was opened')
 
+  // an HTTP request in flight on the route (this upstream answers none) holds its retirement, not its sessions' end
+  const pending = new AbortController()
+  const inFlight = fetch(`${h.proxyUrl}/chat/never-answered`, { signal: pending.signal }).catch(() => 'aborted')
+  await until(() => up.requests.includes('/chat-v2/never-answered'))
   const without = loadConfig({ ...harnessEnv(h), BASE_URL: `${up.url}/api` }, { cwd: '/nonexistent' })
   t.match(await h.app.apply(without), { removed: ['chat'] })
   t.same(await first.closed, { code: 1001, reason: 'route removed' }, 'the session from before the change is ended')
-  t.same(await second.closed, { code: 1001, reason: 'route removed' }, 'and the one from after it')
+  t.same(await second.closed, { code: 1001, reason: 'route removed' }, 'and the one from after it, with a request still in flight')
   await until(() => up.ended.length === 2)
   t.same(up.ended.map((e) => e.code), [1001, 1001], 'the upstream hears it too')
-  // each session's access line is written when its connection closes, after the route retired
-  await until(() => h.log.lines.filter((l) => l.includes('"route":"chat"') && l.includes('"status":101')).length === 2)
-  t.notMatch(await (await fetch(`${h.adminUrl}/metrics`)).text(), 'route="chat"', 'and its sessions\' ends bring no series of the route back')
   t.equal(await echo(other, 'd'), '/api/stream:d', 'the default route\'s session goes on')
+
+  // the request done, the route retires: its sessions' access lines, written as their connections closed, bring no series back
+  pending.abort()
+  t.equal(await inFlight, 'aborted')
+  await until(() => h.log.lines.filter((l) => l.includes('"route":"chat"') && l.includes('"status":101')).length === 2)
+  const scrape = async (): Promise<string> => await (await fetch(`${h.adminUrl}/metrics`)).text()
+  let text = await scrape()
+  for (const deadline = Date.now() + 5_000; text.includes('route="chat"') && Date.now() < deadline;) {
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    text = await scrape()
+  }
+  t.notMatch(text, 'route="chat"', 'no series of the removed route is left')
   other.ws.close()
 })
