@@ -33,6 +33,8 @@ export class CredentialStore {
   readonly #last = new Map<string, string>()
   /** the problem last told for each file, until it is readable again */
   readonly #told = new Map<string, string>()
+  /** the values as the listener was last told of a change (as first read, until then): what a change is measured from */
+  #reported: Map<string, string> | undefined
   readonly #files: string[]
   #listener: (() => void) | undefined
   #unwatch: (() => void) | undefined
@@ -50,6 +52,7 @@ export class CredentialStore {
       const source = this.#sources[name]
       if (source !== undefined) creds[name] = await this.#value(source)
     }
+    this.#reported ??= new Map(this.#last)
     return creds
   }
 
@@ -66,10 +69,13 @@ export class CredentialStore {
   }
 
   readonly #changed = (): void => {
-    // a file rewritten with the same value (or found unchanged by the watch's check) is no change to tell
-    const before = new Map(this.#last)
+    // a file rewritten with the same value (or found unchanged by the watch's check) is no change to tell;
+    // measured from what was told, as a grant's read may have seen the new value first
+    const before = this.#reported
     this.read().then(() => {
-      if ([...this.#last].some(([file, value]) => before.get(file) !== value)) this.#listener?.()
+      if (before === undefined || ![...this.#last].some(([file, value]) => before.get(file) !== value)) return
+      this.#reported = new Map(this.#last)
+      this.#listener?.()
     }, () => {})
   }
 

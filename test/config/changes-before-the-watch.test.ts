@@ -45,6 +45,19 @@ t.test('a credential file rotated between its read and its watch is a change', a
   t.equal((await store.read()).password, 'second-password')
 })
 
+t.test('a credential file rotated is a change even when a grant read the new value first', async (t) => {
+  const dir = t.testdir({ pass: 'first-password' })
+  const store = new CredentialStore({ password: { variable: 'AUTH_PASSWORD_FILE', file: join(dir, 'pass') } }, () => {})
+  t.equal((await store.read()).password, 'first-password')
+  let changes = 0
+  store.onChange(() => { changes++ })
+  t.teardown(() => { store.close() })
+  replace(join(dir, 'pass'), 'second-password')
+  t.equal((await store.read()).password, 'second-password', 'a grant reads the rotated value before the watch looks')
+  await until(() => changes > 0, 5_000)
+  t.pass('told of the rotation')
+})
+
 t.test('CONFIG_FILE edited between its read and its watch is applied; left as read, nothing is applied or said', async (t) => {
   const path = join(t.testdir({ 'config.yaml': '' }), 'config.yaml')
   const config = (version: string): ReloadedConfig => ({ file: { path, overridden: [] }, variables: { BASE_URL: version }, warnings: [] })
