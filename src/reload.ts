@@ -54,7 +54,8 @@ export class ConfigReloader<C extends ReloadedConfig> {
   async reload (why: string): Promise<void> {
     if (this.#busy) {
       // the one after the run in progress reads what has changed since; one is enough for any number asked
-      this.#again ??= why
+      // a reason to say wins over the start's check, which says nothing when it finds nothing
+      if (this.#again === undefined || this.#again === WATCH_CHECK) this.#again = why
       return await this.#running
     }
     this.#busy = true
