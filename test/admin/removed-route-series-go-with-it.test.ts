@@ -2,7 +2,7 @@ import { join } from 'node:path'
 import t from 'tap'
 import { loadConfig } from '../../src/config/load.js'
 import type { Harness } from '../helpers/build.js'
-import { build, harnessEnv, metric, until } from '../helpers/build.js'
+import { build, harnessEnv, metric, scrapeUntil, until } from '../helpers/build.js'
 import { TestCa } from '../helpers/certificates.js'
 
 const ERRORS = 'auth_sidecar_upstream_errors_total{reason="unreachable",route="billing"}'
@@ -22,7 +22,6 @@ t.test('a route\'s series keep counting when it changes, and go with it when a n
   // billing has a credential of its own (its scope), and an upstream that refuses connections
   const billing = { ROUTE_BILLING_BASE_URL: 'http://127.0.0.1:9/billing', ROUTE_BILLING_PATH: '/billing', ROUTE_BILLING_AUTH_SCOPE: 'billing' }
   const h = await build(t, billing)
-  const scrape = async (): Promise<string> => await (await fetch(`${h.adminUrl}/metrics`)).text()
   await until(() => h.tokenServer.grants.length === 2)
   t.equal((await fetch(`${h.proxyUrl}/billing/invoices`)).status, 502)
   t.equal(await metric(h.adminUrl, ERRORS), 1, 'the route\'s failure is counted')
@@ -47,8 +46,7 @@ t.test('a route\'s series keep counting when it changes, and go with it when a n
   t.match(await h.app.apply(without), { removed: ['billing'] })
   // the removed route retires once its requests (none) are done, and its credential ends its session after
   await until(removed)
-  let text = await scrape()
-  for (const deadline = Date.now() + 5_000; text.includes('route="billing"') && Date.now() < deadline;) text = await scrape()
+  const text = await scrapeUntil(h.adminUrl, (text) => !text.includes('route="billing"'))
   t.notMatch(text, 'route="billing"', 'no series is left with the removed route\'s name')
   t.match(text, 'auth_sidecar_upstream_errors_total{reason="unreachable",route="default"} 0', 'the default route\'s are still there')
   t.match(text, 'auth_sidecar_token_grants_total{grant_type="password",outcome="success",route="default"} 1')
@@ -79,7 +77,6 @@ t.test('a removed route whose name labels a credential another route still holds
 
   t.match(await h.app.apply(loadConfig(harnessEnv(h), { cwd: '/nonexistent' })), { removed: ['orders'] })
   await until(ended)
-  let text = await (await fetch(`${h.adminUrl}/metrics`)).text()
-  for (const deadline = Date.now() + 5_000; /route="(billing|orders)"/.test(text) && Date.now() < deadline;) text = await (await fetch(`${h.adminUrl}/metrics`)).text()
+  const text = await scrapeUntil(h.adminUrl, (text) => !/route="(billing|orders)"/.test(text))
   t.notMatch(text, /route="(billing|orders)"/, 'with the last route holding it, the credential\'s series go, and orders\' own')
 })

@@ -108,6 +108,17 @@ export async function metric (adminUrl: string, line: string): Promise<number> {
   return found === undefined ? NaN : Number(found.slice(line.length + 1))
 }
 
+/** The admin server's metrics once `done` holds for them (a route retires after its last request), or as they are after `ms`. */
+export async function scrapeUntil (adminUrl: string, done: (text: string) => boolean, ms = 5_000): Promise<string> {
+  const scrape = async (): Promise<string> => await (await fetch(`${adminUrl}/metrics`)).text()
+  let text = await scrape()
+  for (const deadline = Date.now() + ms; !done(text) && Date.now() < deadline;) {
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    text = await scrape()
+  }
+  return text
+}
+
 /** Waits until `check` is true, polling every 10 ms, failing after `ms`. */
 export async function until (check: () => boolean, ms = 5_000): Promise<void> {
   const deadline = Date.now() + ms

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import WebSocket, { WebSocketServer } from 'ws'
 import { loadConfig } from '../../src/config/load.js'
-import { build, harnessEnv, until } from '../helpers/build.js'
+import { build, harnessEnv, scrapeUntil, until } from '../helpers/build.js'
 
 /** An upstream that echoes each message with the path its session was opened on, records how each session ended, and answers no HTTP request (counted). */
 async function echoUpstream (t: Test): Promise<{ url: string, ended: Array<{ path: string, code: number }>, requests: string[] }> {
@@ -71,12 +71,6 @@ t.test('a route removed by a new configuration ends its WebSocket sessions with 
   pending.abort()
   t.equal(await inFlight, 'aborted')
   await until(() => h.log.lines.filter((l) => l.includes('"route":"chat"') && l.includes('"status":101')).length === 2)
-  const scrape = async (): Promise<string> => await (await fetch(`${h.adminUrl}/metrics`)).text()
-  let text = await scrape()
-  for (const deadline = Date.now() + 5_000; text.includes('route="chat"') && Date.now() < deadline;) {
-    await new Promise((resolve) => setTimeout(resolve, 20))
-    text = await scrape()
-  }
-  t.notMatch(text, 'route="chat"', 'no series of the removed route is left')
+  t.notMatch(await scrapeUntil(h.adminUrl, (text) => !text.includes('route="chat"')), 'route="chat"', 'no series of the removed route is left')
   other.ws.close()
 })

@@ -1,7 +1,7 @@
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { loadConfig } from '../../src/config/load.js'
-import { build, harnessEnv, metric, until, type Harness } from '../helpers/build.js'
+import { build, harnessEnv, metric, scrapeUntil, until } from '../helpers/build.js'
 import { TestCa } from '../helpers/certificates.js'
 
 const SERIES = 'auth_sidecar_certificate_expiry_timestamp_seconds{certificate="auth",route="billing"}'
@@ -18,14 +18,6 @@ function billingRoute (t: Test): Record<string, string> {
   }
 }
 
-/** /metrics, scraped until `done` holds of it (or 5 s went by). */
-async function scrapeUntil (h: Harness, done: (text: string) => boolean): Promise<string> {
-  const scrape = async (): Promise<string> => await (await fetch(`${h.adminUrl}/metrics`)).text()
-  let text = await scrape()
-  for (const deadline = Date.now() + 5_000; !done(text) && Date.now() < deadline;) text = await scrape()
-  return text
-}
-
 t.test('a credential a new configuration leaves out stops watching its auth server certificate, and its expiry series goes', async (t) => {
   const billing = billingRoute(t)
   const h = await build(t, billing)
@@ -37,7 +29,7 @@ t.test('a credential a new configuration leaves out stops watching its auth serv
   t.match(await h.app.apply(without), { removed: ['billing'] })
   await until(() => !files.watching)
   t.pass('no longer watched once its route retired and the credential stopped')
-  t.notMatch(await scrapeUntil(h, (text) => !text.includes(SERIES)), SERIES, 'no expiry series is left for it')
+  t.notMatch(await scrapeUntil(h.adminUrl, (text) => !text.includes(SERIES)), SERIES, 'no expiry series is left for it')
 })
 
 t.test('a credential a new configuration makes reports its auth server certificate until a later one leaves it out', async (t) => {
@@ -46,5 +38,5 @@ t.test('a credential a new configuration makes reports its auth server certifica
   t.match(await h.app.apply(loadConfig({ ...harnessEnv(h), ...billing }, { cwd: '/nonexistent' })), { added: ['billing'] })
   t.ok(await metric(h.adminUrl, SERIES) > Date.now() / 1000, 'its expiry is reported')
   t.match(await h.app.apply(loadConfig(harnessEnv(h), { cwd: '/nonexistent' })), { removed: ['billing'] })
-  t.notMatch(await scrapeUntil(h, (text) => !text.includes(SERIES)), SERIES, 'and goes with it')
+  t.notMatch(await scrapeUntil(h.adminUrl, (text) => !text.includes(SERIES)), SERIES, 'and goes with it')
 })
