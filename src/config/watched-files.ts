@@ -21,6 +21,7 @@ export function watchFiles (files: readonly string[], changed: (check: boolean) 
   let watching = true
   const listeners = files.map((file) => {
     const listener = (current: Stats): void => {
+      // a poll's change is newer than the first stat: the check is not needed (should both run, the caller looks twice, finding the same)
       clearTimeout(check)
       const seen = checked.get(file)
       checked.delete(file)
