@@ -1,20 +1,12 @@
 import t from 'tap'
 import { CHECK_EXIT, runCheck } from '../../src/check/run.js'
-import { TokenServer } from '../../dev/token-server.js'
-import { FakeUpstream } from '../helpers/upstream.js'
+import { fakeServers } from '../helpers/process.js'
 
 const PASSWORD = 'advice-password-5d4c3b'
 const SECRET = 'advice-client-secret-8h9i'
 
 t.test('check advises on a failed discovery from the settings of the credential that failed, not the default route\'s', async (t) => {
-  const tokenServer = new TokenServer({ clients: { 'legacy-app': SECRET }, users: { 'service-user': PASSWORD } })
-  await tokenServer.listen()
-  const upstream = new FakeUpstream(tokenServer)
-  await upstream.listen()
-  t.teardown(async () => {
-    await upstream.close()
-    await tokenServer.close()
-  })
+  const { tokenServer, upstream } = await fakeServers(t, { clients: { 'legacy-app': SECRET }, users: { 'service-user': PASSWORD } })
   // the default route's token URL comes from AUTH_URL; route billing's from the discovery of an issuer that is not one
   const env = {
     BASE_URL: `${upstream.url}/api`,
