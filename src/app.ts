@@ -138,11 +138,10 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   const watchCredentials = (): void => {
     for (const { config: c, credential, tls } of credentials.all) {
       if (watched.has(credential)) continue
-      const unwatch = [
+      watched.set(credential, every([
         metrics.watchCredential(c.name, credential, { dpop: c.auth.mode === 'oauth2' && c.auth.dpop !== undefined }),
         ...(tls?.certificate === undefined ? [] : [metrics.watchCertificate('auth', c.name, tls)])
-      ]
-      watched.set(credential, () => { for (const stop of unwatch) stop() })
+      ]))
     }
   }
   watchCredentials()
@@ -153,8 +152,7 @@ export async function buildApp (config: Config, deps: AppDeps): Promise<App> {
   const watchRoutes = (): void => {
     for (const route of routeSet.all) {
       if (unwatchRoutes.has(route)) continue
-      const unwatch = [metrics.watchRoute(route.name), ...(route.certificate === undefined ? [] : [metrics.watchCertificate('upstream', route.name, route.certificate.files)])]
-      unwatchRoutes.set(route, () => { for (const stop of unwatch) stop() })
+      unwatchRoutes.set(route, every([metrics.watchRoute(route.name), ...(route.certificate === undefined ? [] : [metrics.watchCertificate('upstream', route.name, route.certificate.files)])]))
     }
   }
   watchRoutes()
@@ -353,4 +351,9 @@ function notReady (routes: readonly Route[], forwardCa: string | undefined): { r
   if (reasons.size === 0) return forwardCa === undefined ? undefined : { reason: `forward proxy: ${forwardCa}` }
   if (routes.length === 1) return { reason: reasons.get('default')! }
   return { reason: [...reasons].map(([name, reason]) => `route ${name}: ${reason}`).join('; '), routes: Object.fromEntries(reasons) }
+}
+
+/** One stop for several watches. */
+function every (stops: Array<() => void>): () => void {
+  return () => { for (const stop of stops) stop() }
 }

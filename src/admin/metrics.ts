@@ -149,9 +149,10 @@ export function createMetrics (routes: string[]): Metrics {
   })
 
   /**
-   * the route names let go: what a removed route's connections report after
-   * it retired (a WebSocket session's access line once its client answers
-   * the close, a tunnel ended late) would bring its series back for good
+   * the route names let go: what a removed route's connections and
+   * credential report after it retired (a WebSocket session's access line
+   * once its client answers the close, a tunnel ended late, a session's
+   * end) would bring its series back for good
    */
   const released = new Set<string>()
 
@@ -188,10 +189,10 @@ export function createMetrics (routes: string[]): Metrics {
       for (const grantType of GRANT_TYPES) for (const outcome of OUTCOMES) grants.inc({ grant_type: grantType, outcome, route }, 0)
       for (const outcome of LOGOUT_OUTCOMES) logouts.inc({ outcome, route }, 0)
       if (dpop) for (const reason of DPOP_REFUSALS) dpopRefusals.inc({ reason, route }, 0)
-      // a credential stopped still ends its session: counted while its label is held, so that it brings no series back
-      credential.events.on('grant', (grant, outcome) => { if (holders.has(route)) grants.inc({ grant_type: grant, outcome, route }) })
-      credential.events.on('logout', (outcome) => { if (holders.has(route)) logouts.inc({ outcome, route }) })
-      credential.events.on('dpop_refused', (reason) => { if (holders.has(route)) dpopRefusals.inc({ reason, route }) })
+      // a credential stopped still ends its session: not counted once its label is let go, so that it brings no series back
+      credential.events.on('grant', (grant, outcome) => { if (!released.has(route)) grants.inc({ grant_type: grant, outcome, route }) })
+      credential.events.on('logout', (outcome) => { if (!released.has(route)) logouts.inc({ outcome, route }) })
+      credential.events.on('dpop_refused', (reason) => { if (!released.has(route)) dpopRefusals.inc({ reason, route }) })
       const remove = removal(credentials, watched)
       return () => {
         remove()
