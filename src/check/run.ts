@@ -15,6 +15,7 @@ import { dpopRefusalOf, hasDpopChallenge } from '../token/challenge.js'
 import type { GrantReport } from '../token/lifecycle.js'
 import { advice, binding, certificateBinding, claims, describeCertificate, describeConfig, lifetimes, printable } from './describe.js'
 import { ConfigError } from '../errors.js'
+import { inTheirNames } from '../config/names.js'
 
 /**
  * `node dist/main.js check`: the configuration read exactly as the sidecar
@@ -113,6 +114,8 @@ async function steps (app: App, config: CheckSettings, args: CheckArgs, say: Say
   for (const route of app.routes) if (!credentials.has(route.config.credential)) credentials.set(route.config.credential, route.credential)
   let code: number = CHECK_EXIT.ok
   const failed = (step: number): void => { if (code === CHECK_EXIT.ok) code = step }
+  // a credential's lines name its route's own variables as they were set
+  const ownSay = (c: CredentialConfig): Say => (status, step, text) => say(status, step, inTheirNames(text, c.setBy))
 
   // each client certificate in use: what it is, and whether it can be shown now
   for (const { which, route, files } of app.certificates) {
@@ -143,6 +146,7 @@ async function steps (app: App, config: CheckSettings, args: CheckArgs, say: Say
 
   const usable = new Set<CredentialConfig>()
   for (const [c, credential] of credentials) {
+    const say = ownSay(c)
     if (credential.kind !== 'oauth2' || c.auth.mode !== 'oauth2') {
       say('skip', of('grant', c.name), 'basic mode has no token endpoint: the credentials go as Authorization: Basic')
       usable.add(c)
@@ -197,6 +201,7 @@ async function steps (app: App, config: CheckSettings, args: CheckArgs, say: Say
   // the sessions opened are ended whatever the upstreams said
   for (const [c, credential] of credentials) {
     if (c.auth.mode !== 'oauth2' || c.exchange !== undefined || !usable.has(c)) continue
+    const say = ownSay(c)
     if (!c.auth.logoutOnShutdown) {
       say('skip', of('session', c.name), 'left open: AUTH_LOGOUT_ON_SHUTDOWN=false (Keycloak ends it after SSO Session Idle)')
       continue

@@ -175,7 +175,7 @@ function credentialOf (name: string, upper: string, set: Record<string, string>,
   if (base === undefined) {
     const parsed = authOf(name, upper, effective, o, problems, warnings)
     if (parsed === undefined) return undefined
-    base = { name, auth: parsed.auth, sources: parsed.credentials }
+    base = { name, setBy: setBy(upper, Object.keys(own)), auth: parsed.auth, sources: parsed.credentials }
     credentials.set(key, base)
   }
   const audience = set.AUTH_EXCHANGE_AUDIENCE
@@ -190,10 +190,15 @@ function credentialOf (name: string, upper: string, set: Record<string, string>,
   const exchangeKey = JSON.stringify([key, audience, set.AUTH_EXCHANGE_SCOPE ?? null])
   let exchanged = credentials.get(exchangeKey)
   if (exchanged === undefined) {
-    exchanged = { ...base, name, exchange: { subject: base, audience, ...(set.AUTH_EXCHANGE_SCOPE !== undefined && { scope: set.AUTH_EXCHANGE_SCOPE }) } }
+    exchanged = { ...base, name, setBy: { ...base.setBy, ...setBy(upper, Object.keys(set).filter((setting) => setting.startsWith('AUTH_EXCHANGE_'))) }, exchange: { subject: base, audience, ...(set.AUTH_EXCHANGE_SCOPE !== undefined && { scope: set.AUTH_EXCHANGE_SCOPE }) } }
     credentials.set(exchangeKey, exchanged)
   }
   return exchanged
+}
+
+/** A route's own settings by the variables that set them. */
+function setBy (upper: string, settings: string[]): Record<string, string> {
+  return Object.fromEntries(settings.map((setting) => [setting, `ROUTE_${upper}_${setting}`]))
 }
 
 /**

@@ -82,6 +82,8 @@ export type CredentialAuth = OAuth2Settings | { mode: 'basic' }
 export interface CredentialConfig {
   /** the route whose settings define it: `default` for the default route's */
   name: string
+  /** a named route's AUTH_* settings by the variables that set them (AUTH_CLIENT_ID: ROUTE_BILLING_AUTH_CLIENT_ID), so that what is said of them names those */
+  setBy?: Readonly<Record<string, string>>
   auth: CredentialAuth
   sources: CredentialSources
   /** its token is obtained by token exchange (RFC 8693) of `subject`'s */

@@ -48,7 +48,7 @@ interface Held {
  * credential, and so its token.
  */
 export function credentialKey (config: CredentialConfig, global: CredentialSettings): string {
-  const { name: _name, ...settings } = config
+  const { name: _name, setBy: _setBy, ...settings } = config
   return JSON.stringify([settings, global.token, global.egress])
 }
 
