@@ -30,23 +30,25 @@ export function notReadyText (failure: FailureClass | undefined, endpoints: { to
 /**
  * One failed attempt, logged: refused credentials and unusable client
  * credentials every time (a minute apart; an operator must see them), a
- * wrong URL and any other failure once per episode, the repeats at debug.
+ * wrong URL and any other failure once per episode, the repeats at debug;
+ * `said` names the variables as the credential's route set them.
  */
-export function logFailure (log: Logger, step: GrantType | 'discovery', e: GrantError, fields: object, repeated: boolean): void {
+export function logFailure (log: Logger, step: GrantType | 'discovery', e: GrantError, fields: object, repeated: boolean, said: (text: string) => string = (text) => text): void {
+  const say = (level: 'error' | 'warn' | 'debug', message: string): void => { log[level](fields, said(message)) }
   if (e.kind === 'rejected' && isCredentialRejection(e)) {
-    log.error(fields, 'credentials rejected by the auth server: retrying slowly to avoid a lockout')
+    say('error', 'credentials rejected by the auth server: retrying slowly to avoid a lockout')
   } else if (e.kind === 'credential') {
-    log.error(fields, 'the client credential cannot be used: nothing was sent; retrying when its file changes')
+    say('error', 'the client credential cannot be used: nothing was sent; retrying when its file changes')
   } else if (repeated) {
-    log.debug(fields, 'token request failed again')
+    say('debug', 'token request failed again')
   } else if (step === 'discovery' && e.kind === 'rejected') {
-    log.error(fields, 'discovery: the auth server does not offer what the configuration asks for; change the setting the reason names')
+    say('error', 'discovery: the auth server does not offer what the configuration asks for; change the setting the reason names')
   } else if (step === 'discovery' && e.kind === 'wrong_url') {
-    log.error(fields, 'discovery failed: check AUTH_ISSUER_URL (Keycloak\'s is https://host/realms/<realm>)')
+    say('error', 'discovery failed: check AUTH_ISSUER_URL (Keycloak\'s is https://host/realms/<realm>)')
   } else if (e.kind === 'wrong_url') {
-    log.error(fields, 'wrong token URL: check AUTH_URL and AUTH_REALM, or set AUTH_TOKEN_URL to the realm\'s token endpoint')
+    say('error', 'wrong token URL: check AUTH_URL and AUTH_REALM, or set AUTH_TOKEN_URL to the realm\'s token endpoint')
   } else {
-    log[e.kind === 'rejected' ? 'error' : 'warn'](fields, 'token request failed')
+    say(e.kind === 'rejected' ? 'error' : 'warn', 'token request failed')
   }
 }
 

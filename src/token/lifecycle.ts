@@ -6,6 +6,7 @@ import { Alarm, systemClock, type Clock } from './clock.js'
 import type { Authorization, Credential, CredentialEvents, HeaderValue, LogoutResult, Verdict } from './credential.js'
 import type { Endpoints } from './discovery.js'
 import type { DpopKey } from './dpop.js'
+import { inTheirNames } from '../config/names.js'
 import { FailureStreak, logFailure, retryDelay } from './failures.js'
 import { GrantError, type Step, type TokenSet } from './grant.js'
 import { HeldTokens } from './held-tokens.js'
@@ -28,6 +29,8 @@ export interface TokenLifecycleOptions {
   random?: () => number
   /** replaces known secret values in texts before they are logged */
   secrets: SecretScrubber
+  /** a named route's own AUTH_* variables, named so in what it says (CredentialConfig.setBy) */
+  setBy?: Readonly<Record<string, string>>
   /** a span for each grant; none by default */
   tracing?: Tracing
   /** the route whose settings define the credential, for the spans */
@@ -126,7 +129,7 @@ export class TokenLifecycle implements Credential {
   }
 
   notReadyReason (): string | undefined {
-    return this.ready() ? undefined : this.#failures.notReadyText({ tokenUrl: this.#source.server.tokenUrl, discoveryUrl: this.#source.server.discoveryUrl }, (text) => this.#secrets.scrub(text))
+    return this.ready() ? undefined : inTheirNames(this.#failures.notReadyText({ tokenUrl: this.#source.server.tokenUrl, discoveryUrl: this.#source.server.discoveryUrl }, (text) => this.#secrets.scrub(text)), this.#o.setBy)
   }
 
   expiresInSeconds (): number {
@@ -330,14 +333,14 @@ export class TokenLifecycle implements Credential {
       event: step === 'discovery' ? 'discovery' : 'token',
       ...(step !== 'discovery' && { grant: step }),
       outcome: rejected ? 'rejected' : 'error',
-      reason: this.#secrets.scrub(e.message),
+      reason: inTheirNames(this.#secrets.scrub(e.message), this.#o.setBy),
       attempt: this.#failures.count,
       retryInMs: Math.round(delay),
       tokenValid: this.current() !== undefined,
       // a failure before any grant was sent (discovery's) has none of its own
       ...(step !== 'discovery' && this.#tracing.grantIds(this))
     }
-    logFailure(this.#o.log, step, e, fields, repeated)
+    logFailure(this.#o.log, step, e, fields, repeated, (text) => inTheirNames(text, this.#o.setBy))
     this.#o.log.debug({ event: fields.event, ...(step !== 'discovery' && { grant: step }), failure: e.kind, retryInMs: Math.round(delay) }, `${fields.event} request will be retried`)
 
     const retryAt = this.#clock.now() + delay

@@ -216,7 +216,7 @@ export class CredentialRegistry {
         log,
         secrets
       })
-      const manager = this.#lifecycle(source, config.name, log, clock, secrets, global.token)
+      const manager = this.#lifecycle(source, config, log, clock, secrets, global.token)
       // the exchange is made with its subject's certificate
       return { ...held, credential: manager, subject: subjectKey, ...(tls?.certificate !== undefined && { unfollow: follow(tls, manager) }) }
     }
@@ -254,14 +254,15 @@ export class CredentialRegistry {
       secrets
       })
     }
-    const manager = this.#lifecycle(new OwnGrants({ server: made(held.connections), credentials: store, clock, log, secrets }), config.name, log, clock, secrets, global.token)
+    const manager = this.#lifecycle(new OwnGrants({ server: made(held.connections), credentials: store, clock, log, secrets }), config, log, clock, secrets, global.token)
     return { ...held, store, credential: manager, client: made, tls, ...(tls?.certificate !== undefined && { unfollow: follow(tls, manager) }) }
   }
 
-  #lifecycle (source: TokenSource, route: string, log: pino.Logger, clock: Clock, secrets: SecretScrubber, token: Config['token']): TokenLifecycle {
+  #lifecycle (source: TokenSource, config: CredentialConfig, log: pino.Logger, clock: Clock, secrets: SecretScrubber, token: Config['token']): TokenLifecycle {
     return new TokenLifecycle({
       source,
-      route,
+      route: config.name,
+      ...(config.setBy !== undefined && { setBy: config.setBy }),
       ...(this.#deps.tracing !== undefined && { tracing: this.#deps.tracing }),
       log,
       waitMs: token.waitMs,

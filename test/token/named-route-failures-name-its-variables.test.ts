@@ -1,0 +1,35 @@
+import t from 'tap'
+import { build, send, until } from '../helpers/build.js'
+
+t.test('a named route\'s refused grant is logged with the variables the route set, and the default route\'s for the rest', async (t) => {
+  const h = await build(t, {
+    ROUTE_BILLING_BASE_URL: 'http://127.0.0.1:9/billing',
+    ROUTE_BILLING_PATH: '/billing',
+    ROUTE_BILLING_AUTH_CLIENT_ID: 'billing-app',
+    ROUTE_BILLING_AUTH_CLIENT_SECRET: 'a-wrong-secret-41'
+  }, { clients: { 'legacy-app': 'client-secret-1a2b3c', 'billing-app': 'billing-secret-77' } })
+  const refused = (): Record<string, unknown> | undefined => h.log.records().find((r) => r.route === 'billing' && r.outcome === 'rejected')
+  await until(() => refused() !== undefined)
+  const reason = String(refused()!.reason)
+  t.match(reason, /ROUTE_BILLING_AUTH_CLIENT_ID and ROUTE_BILLING_AUTH_CLIENT_SECRET/, 'the route\'s own client and secret are named as it set them')
+  t.match(reason, /and AUTH_CLIENT_AUTH \(/, 'the client authentication it takes from the default route keeps its name')
+  t.notMatch(reason, /a-wrong-secret-41/, 'the secret is not said')
+})
+
+t.test('a named route\'s wrong token URL is named as the route set it, in the log and in readiness', async (t) => {
+  const h = await build(t, {
+    ROUTE_BILLING_BASE_URL: 'http://127.0.0.1:9/billing',
+    ROUTE_BILLING_PATH: '/billing',
+    ROUTE_BILLING_AUTH_CLIENT_ID: 'billing-app',
+    ROUTE_BILLING_AUTH_TOKEN_URL: '{issuer}/not-a-token-endpoint',
+    ROUTE_BILLING_AUTH_CLIENT_SECRET: 'client-secret-1a2b3c',
+    ROUTE_BILLING_AUTH_PASSWORD: 'service-password-9f8e7d',
+    TOKEN_WAIT_MS: '100'
+  }, { clients: { 'legacy-app': 'client-secret-1a2b3c', 'billing-app': 'client-secret-1a2b3c' } })
+  const wrong = (): Record<string, unknown> | undefined => h.log.records().find((r) => r.route === 'billing' && String(r.msg).startsWith('wrong token URL'))
+  await until(() => wrong() !== undefined)
+  t.match(String(wrong()!.msg), /check AUTH_URL and AUTH_REALM, or set ROUTE_BILLING_AUTH_TOKEN_URL /, 'the log line names the route\'s token URL variable')
+  const ready = await send(`${h.adminUrl}/readyz`)
+  t.equal(ready.status, 503)
+  t.match(JSON.parse(ready.body).routes.billing, /set AUTH_URL and AUTH_REALM, AUTH_ISSUER_URL, or ROUTE_BILLING_AUTH_TOKEN_URL\)/, 'readiness names it too')
+})
