@@ -114,8 +114,9 @@ async function steps (app: App, config: CheckSettings, args: CheckArgs, say: Say
   for (const route of app.routes) if (!credentials.has(route.config.credential)) credentials.set(route.config.credential, route.credential)
   let code: number = CHECK_EXIT.ok
   const failed = (step: number): void => { if (code === CHECK_EXIT.ok) code = step }
-  // a credential's lines name its route's own variables as they were set
-  const ownSay = (c: CredentialConfig): Say => (status, step, text) => say(status, step, inTheirNames(text, c.setBy))
+  // a credential's lines name its route's own variables as they were set,
+  // once its secrets are out (a renamed text would hide one from the scrubber)
+  const ownSay = (c: CredentialConfig): Say => (status, step, text) => say(status, step, inTheirNames(app.secrets.scrub(text), c.setBy))
 
   // each client certificate in use: what it is, and whether it can be shown now
   for (const { which, route, files } of app.certificates) {
