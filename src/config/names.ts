@@ -56,13 +56,9 @@ export function editDistance (a: string, b: string): number {
 /**
  * `text` with each AUTH_* variable it names said as the operator set it for
  * one credential: a named route's own (ROUTE_<NAME>_AUTH_*) where `setBy`
- * has it, or its _FILE twin; the default route's name otherwise.
+ * has it, the default route's name otherwise.
  */
 export function inTheirNames (text: string, setBy: Readonly<Record<string, string>> | undefined): string {
   if (setBy === undefined) return text
-  return text.replace(/\bAUTH_[A-Z_]*[A-Z]/g, (variable) => {
-    const twin = variable.endsWith('_FILE') ? variable.slice(0, -'_FILE'.length) : `${variable}_FILE`
-    const [set, as] = setBy[variable] !== undefined ? [setBy[variable], variable] : [setBy[twin], twin]
-    return set === undefined ? variable : set.slice(0, set.length - as.length) + variable
-  })
+  return text.replace(/\bAUTH_[A-Z_]*[A-Z]/g, (variable) => setBy[variable] ?? variable)
 }

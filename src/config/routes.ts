@@ -1,6 +1,6 @@
 import envSchema from 'env-schema'
 import { parseAuth, type AuthSettings } from './auth.js'
-import { editDistance } from './names.js'
+import { editDistance, inTheirNames } from './names.js'
 import { envJsonSchema, properties } from './schema.js'
 import type { TlsNames } from './pem.js'
 import { tlsNames, tlsPaths } from './tls.js'
@@ -173,9 +173,11 @@ function credentialOf (name: string, upper: string, set: Record<string, string>,
   const key = keyOf(effective)
   let base = credentials.get(key)
   if (base === undefined) {
-    const parsed = authOf(name, upper, effective, o, problems, warnings)
+    // its own settings are those it sets to other values than the default route's
+    const names = setBy(upper, Object.keys(own).filter((setting) => own[setting] !== o.defaultAuth[setting]), o.defaultAuth)
+    const parsed = authOf(name, names, effective, o, problems, warnings)
     if (parsed === undefined) return undefined
-    base = { name, setBy: setBy(upper, Object.keys(own)), auth: parsed.auth, sources: parsed.credentials }
+    base = { name, setBy: names, auth: parsed.auth, sources: parsed.credentials }
     credentials.set(key, base)
   }
   const audience = set.AUTH_EXCHANGE_AUDIENCE
@@ -196,9 +198,15 @@ function credentialOf (name: string, upper: string, set: Record<string, string>,
   return exchanged
 }
 
-/** A route's own settings by the variables that set them. */
-function setBy (upper: string, settings: string[]): Record<string, string> {
-  return Object.fromEntries(settings.map((setting) => [setting, `ROUTE_${upper}_${setting}`]))
+/**
+ * A route's own settings by the variables that set them, each with its
+ * _FILE twin (AUTH_PASSWORD for AUTH_PASSWORD_FILE) unless the default
+ * route sets that: "AUTH_PASSWORD (or its file)" is the route's.
+ */
+function setBy (upper: string, settings: string[], inherited: Record<string, unknown> = {}): Record<string, string> {
+  const twin = (setting: string): string => setting.endsWith('_FILE') ? setting.slice(0, -'_FILE'.length) : `${setting}_FILE`
+  const named = settings.flatMap((setting) => [setting, ...(twin(setting) in inherited ? [] : [twin(setting)])])
+  return Object.fromEntries(named.map((setting) => [setting, `ROUTE_${upper}_${setting}`]))
 }
 
 /**
@@ -209,8 +217,8 @@ function setBy (upper: string, settings: string[]): Record<string, string> {
 const AUTH_SCHEMA = { ...envJsonSchema, properties: Object.fromEntries(AUTH_VARIABLES.map((v) => [v, envJsonSchema.properties[v]])) }
 
 /** A route's AUTH_* settings checked as the default route's are, its problems said with its name. */
-function authOf (name: string, upper: string, data: Record<string, unknown>, o: RouteInput, problems: string[], warnings: string[]): AuthSettings | undefined {
-  const said = (text: string): string => `route ${name}: ${text.replace(/\b(AUTH_[A-Z_]+)/g, (variable) => variable in data && !(variable in o.defaultAuth && o.defaultAuth[variable] === data[variable]) ? `ROUTE_${upper}_${variable}` : variable)}`
+function authOf (name: string, names: Record<string, string>, data: Record<string, unknown>, o: RouteInput, problems: string[], warnings: string[]): AuthSettings | undefined {
+  const said = (text: string): string => `route ${name}: ${inTheirNames(text, names)}`
   let raw: Raw
   try {
     raw = envSchema({ schema: AUTH_SCHEMA, data, env: false, dotenv: false }) as Raw
@@ -230,8 +238,7 @@ function authOf (name: string, upper: string, data: Record<string, unknown>, o: 
   // its TLS files named by the variables that set them: its own, or the default route's
   const tls = parsed.auth.mode === 'oauth2' ? parsed.auth.tls : undefined
   if (tls !== undefined) {
-    const named = (variable: string): string => variable in data && !(variable in o.defaultAuth && o.defaultAuth[variable] === data[variable]) ? `ROUTE_${upper}_${variable}` : variable
-    tls.names = { cert: named(tls.names.cert), key: named(tls.names.key), ca: named(tls.names.ca) }
+    tls.names = { cert: inTheirNames(tls.names.cert, names), key: inTheirNames(tls.names.key, names), ca: inTheirNames(tls.names.ca, names) }
   }
   return parsed
 }

@@ -1,5 +1,7 @@
 import t, { type Test } from 'tap'
 import { CHECK_EXIT, runCheck } from '../../src/check/run.js'
+import { join } from 'node:path'
+import { loadConfig, type CredentialConfig } from '../../src/config/load.js'
 import { inTheirNames } from '../../src/config/names.js'
 import { fakeServers } from '../helpers/process.js'
 
@@ -54,10 +56,26 @@ t.test('check tells a named route to change its own variables, and the default r
 })
 
 t.test('a text names the variables a route set, their _FILE twins, and the default route\'s for the rest', async (t) => {
-  const setBy = { AUTH_CLIENT_ID: 'ROUTE_BILLING_AUTH_CLIENT_ID', AUTH_PASSWORD_FILE: 'ROUTE_BILLING_AUTH_PASSWORD_FILE', AUTH_SCOPE: 'ROUTE_BILLING_AUTH_SCOPE' }
+  const dir = t.testdir({ password: 'route-password-1f2e', 'default-password': 'default-password-3c4d' })
+  const env = {
+    BASE_URL: 'http://127.0.0.1:9/api',
+    AUTH_URL: 'http://127.0.0.1:9',
+    AUTH_CLIENT_ID: 'legacy-app',
+    AUTH_CLIENT_SECRET: SECRET,
+    AUTH_USERNAME: 'service-user',
+    ROUTE_BILLING_BASE_URL: 'http://127.0.0.1:9/billing',
+    ROUTE_BILLING_PATH: '/billing',
+    ROUTE_BILLING_AUTH_CLIENT_ID: 'billing-app',
+    ROUTE_BILLING_AUTH_PASSWORD_FILE: join(dir, 'password'),
+    ROUTE_BILLING_AUTH_SCOPE: 'billing'
+  }
+  const credentialOf = (more: Record<string, string>): CredentialConfig => loadConfig({ ...env, ...more }, { cwd: dir }).routes.find((r) => r.name === 'billing')!.credential
+  const { setBy } = credentialOf({ AUTH_PASSWORD_FILE: join(dir, 'password') })
   t.equal(inTheirNames('Check AUTH_CLIENT_ID and AUTH_CLIENT_SECRET', setBy), 'Check ROUTE_BILLING_AUTH_CLIENT_ID and AUTH_CLIENT_SECRET')
-  t.equal(inTheirNames('Check AUTH_USERNAME and AUTH_PASSWORD (or their files)', setBy), 'Check AUTH_USERNAME and ROUTE_BILLING_AUTH_PASSWORD (or their files)')
   t.equal(inTheirNames('AUTH_SCOPE_X is not AUTH_SCOPE', setBy), 'AUTH_SCOPE_X is not ROUTE_BILLING_AUTH_SCOPE')
   t.equal(inTheirNames('ROUTE_BILLING_AUTH_TLS_CA_FILE stays as it is', setBy), 'ROUTE_BILLING_AUTH_TLS_CA_FILE stays as it is')
+  t.equal(inTheirNames('AUTH_PASSWORD_FILE', setBy), 'AUTH_PASSWORD_FILE', 'a setting the route gives the default route\'s value keeps the default route\'s name')
+  t.equal(inTheirNames('Check AUTH_USERNAME and AUTH_PASSWORD (or their files)', credentialOf({ AUTH_PASSWORD_FILE: join(dir, 'default-password') }).setBy), 'Check AUTH_USERNAME and ROUTE_BILLING_AUTH_PASSWORD (or their files)', 'a file of its own names its twin too')
+  t.throws(() => credentialOf({ AUTH_PASSWORD: 'default-password-9a' }), { message: /AUTH_PASSWORD and ROUTE_BILLING_AUTH_PASSWORD_FILE are both set/ }, 'but not a twin the default route sets')
   t.equal(inTheirNames('AUTH_CLIENT_ID', undefined), 'AUTH_CLIENT_ID', 'the default route\'s credential names its own')
 })
