@@ -1,7 +1,6 @@
 import type * as oauth from 'oauth4webapi'
 import { DPOP_ALGORITHMS } from '../config/schema.js'
 import type { DpopAlgorithm } from '../config/types.js'
-import type { Logger } from '../logger.js'
 import { DpopKey, dpopNonceOf, htuOf } from './dpop.js'
 import { GrantError, oauthErrorOf, type Answer, type Shorten } from './grant.js'
 
@@ -37,11 +36,12 @@ export class AuthServerDpop {
    * The DPoP algorithms the server offers (discovery's
    * dpop_signing_alg_values_supported): a key of another is a configuration
    * error when AUTH_DPOP_ALG named it (`algSet`), and otherwise gives way to
-   * a new key of one the server offers, ES256 first.
+   * a new key of one the server offers, ES256 first: returns the algorithms
+   * replaced and chosen then, for the caller to say.
    */
-  async offered (offered: string[] | undefined, algSet: boolean, log: Logger, shorten: Shorten): Promise<void> {
+  async offered (offered: string[] | undefined, algSet: boolean, shorten: Shorten): Promise<{ was: string, chosen: DpopAlgorithm } | undefined> {
     const key = this.#key
-    if (key === undefined || offered === undefined || offered.includes(key.alg)) return
+    if (key === undefined || offered === undefined || offered.includes(key.alg)) return undefined
     const shown = shorten(offered.join(', '), 300)
     if (algSet) {
       throw new GrantError(`discovery: AUTH_DPOP_ALG=${key.alg} is not among the DPoP algorithms the auth server offers (dpop_signing_alg_values_supported: ${shown}): set AUTH_DPOP_ALG to one of them, or unset it`, 'rejected', { status: 200 })
@@ -52,7 +52,7 @@ export class AuthServerDpop {
     }
     this.#key = await DpopKey.generate(chosen)
     this.#handle = this.#key.handle()
-    log.info({ event: 'discovery', dpopAlg: chosen }, `the auth server does not offer ${key.alg} for DPoP proofs: using a new ${chosen} key (AUTH_DPOP_ALG selects one)`)
+    return { was: key.alg, chosen }
   }
 
   /** A proof for a POST to `url`, with the server's newest nonce; undefined outside DPoP mode. */

@@ -183,3 +183,8 @@ function rebaser (issuer: string, documentUrl: string): (endpoint: string) => st
 function strings (value: unknown): string[] | undefined {
   return Array.isArray(value) && value.every((v) => typeof v === 'string') ? value as string[] : undefined
 }
+
+/** The issuer a token URL implies: Keycloak's realm (the URL without /protocol/openid-connect/token), else its origin. */
+export function issuerOf (tokenUrl: string): string {
+  return /^(.*\/realms\/[^/]+)\/protocol\/openid-connect\/token$/.exec(tokenUrl)?.[1] ?? new URL(tokenUrl).origin
+}

@@ -1,5 +1,6 @@
 import type { EventEmitter } from 'node:events'
 import { TokenUnavailableError } from '../errors.js'
+import { inTheirNames } from '../config/names.js'
 import type { Logger } from '../logger.js'
 import type { SecretScrubber } from '../secrets.js'
 import type { CredentialEvents } from './credential.js'
@@ -23,6 +24,8 @@ export interface TokenExchangeOptions {
   scope?: string
   log: Logger
   secrets: SecretScrubber
+  /** a named route's own AUTH_* variables, named so in what it says (CredentialConfig.setBy) */
+  setBy?: Readonly<Record<string, string>>
 }
 
 /** Refused subject tokens remembered: a few renewals' worth. */
@@ -87,7 +90,7 @@ export class TokenExchange implements TokenSource {
       if (this.#renewal !== 'open') throw GrantError.at(this.grant, err)
       this.#refuse(token)
       this.#renewal = 'asked'
-      this.#o.log.info({ event: 'token', grant: this.grant, outcome: 'rejected', reason: this.#o.secrets.scrub(err.message) }, 'the subject token was refused: renewing it, then exchanging again')
+      this.#o.log.info({ event: 'token', grant: this.grant, outcome: 'rejected', reason: inTheirNames(this.#o.secrets.scrub(err.message), this.#o.setBy) }, 'the subject token was refused: renewing it, then exchanging again')
       const renewed = await this.#o.subject.accessTokenOtherThan(this.#refused).catch(() => undefined)
       // no new subject token in time: paced, and tried as soon as one comes (the retry cue)
       if (renewed === undefined) throw GrantError.at(this.grant, err)

@@ -278,7 +278,7 @@ export class TokenLifecycle implements Credential {
     const ended = await this.#source.endSession(held, timeoutMs)
     if (ended === undefined) return { outcome: 'skipped', detail: 'an exchanged token opens no session of its own: its subject credential\'s is ended' }
     const { outcome, detail } = ended
-    const said = this.#secrets.scrub(detail)
+    const said = inTheirNames(this.#secrets.scrub(detail), this.#o.setBy)
     this.events.emit('logout', outcome)
     this.#o.log[outcome === 'success' || outcome === 'skipped' ? 'info' : 'warn']({ event: 'logout', outcome }, said)
     return { outcome, detail: said }

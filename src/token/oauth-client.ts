@@ -7,9 +7,10 @@ import type { SecretScrubber } from '../secrets.js'
 import type { ClientAuthenticator } from './client-auth.js'
 import type { Clock } from './clock.js'
 import { wellKnownUrl } from '../config/auth.js'
+import { inTheirNames } from '../config/names.js'
 import { AuthRequests, type AuthTls } from './auth-requests.js'
 import { AuthServerDpop } from './auth-server-dpop.js'
-import { fetchDiscovery, type Endpoints } from './discovery.js'
+import { fetchDiscovery, issuerOf, type Endpoints } from './discovery.js'
 import type { DpopKey } from './dpop.js'
 import { ACCESS_TOKEN_TYPE, answerOf, checkTokenAnswer, GrantError, grantFields, TOKEN_EXCHANGE, USABLE_ISSUED_TYPES, type Answer, type Fields, type GrantExtras, type TokenSet } from './grant.js'
 import { presentedCertificate, type AuthFetch } from './http.js'
@@ -44,6 +45,8 @@ export interface OAuthClientOptions {
   clock: Clock
   log: Logger
   secrets: SecretScrubber
+  /** a named route's own AUTH_* variables, named so in its warnings (CredentialConfig.setBy) */
+  setBy?: Readonly<Record<string, string>>
 }
 
 /**
@@ -142,7 +145,7 @@ export class OAuthClient {
     await this.#offered(endpoints)
     this.#endpoints = endpoints
     this.#tokenUrl ??= endpoints.tokenUrl
-    for (const ignored of endpoints.ignored) this.#o.log.warn({ event: 'discovery' }, shorten(ignored, 500))
+    for (const ignored of endpoints.ignored) this.#o.log.warn({ event: 'discovery' }, this.#named(shorten(ignored, 500)))
     this.#o.log.info({
       event: 'discovery',
       issuer,
@@ -168,7 +171,8 @@ export class OAuthClient {
     if (methods !== undefined && !methods.includes(method)) {
       endpoints.ignored.push(`AUTH_CLIENT_AUTH=${method} is not among the client authentication methods the auth server lists (token_endpoint_auth_methods_supported: ${this.#shorten(methods.join(', '), 300)}): the token endpoint may refuse the client`)
     }
-    await this.#dpop.offered(endpoints.dpopAlgs, this.#o.dpopAlgSet === true, this.#o.log, this.#shorten)
+    const replaced = await this.#dpop.offered(endpoints.dpopAlgs, this.#o.dpopAlgSet === true, this.#shorten)
+    if (replaced !== undefined) this.#o.log.info({ event: 'discovery', dpopAlg: replaced.chosen }, this.#named(`the auth server does not offer ${replaced.was} for DPoP proofs: using a new ${replaced.chosen} key (AUTH_DPOP_ALG selects one)`))
   }
 
   /**
@@ -244,7 +248,7 @@ export class OAuthClient {
     const configured = this.#tokenUrl
     this.#tokenUrl = url
     this.#o.log.warn({ event: 'token', tokenUrl: url, derivedTokenUrl: configured },
-      `the token endpoint answers at ${url}, not at ${configured}: using it. Set AUTH_TOKEN_URL=${url} to skip the first try`)
+      this.#named(`the token endpoint answers at ${url}, not at ${configured}: using it. Set AUTH_TOKEN_URL=${url} to skip the first try`))
   }
 
   /**
@@ -349,9 +353,5 @@ export class OAuthClient {
   }
 
   readonly #shorten = (text: string, max: number): string => this.#o.secrets.shorten(text, max)
-}
-
-/** The issuer a token URL implies: Keycloak's realm (the URL without /protocol/openid-connect/token), else its origin. */
-export function issuerOf (tokenUrl: string): string {
-  return /^(.*\/realms\/[^/]+)\/protocol\/openid-connect\/token$/.exec(tokenUrl)?.[1] ?? new URL(tokenUrl).origin
+  readonly #named = (text: string): string => inTheirNames(text, this.#o.setBy)
 }

@@ -1,3 +1,4 @@
+import { inTheirNames } from '../config/names.js'
 import type { Logger } from '../logger.js'
 import type { SecretScrubber } from '../secrets.js'
 import type { Clock } from './clock.js'
@@ -14,6 +15,8 @@ export interface OwnGrantsOptions {
   clock: Clock
   log: Logger
   secrets: SecretScrubber
+  /** a named route's own AUTH_* variables, named so in what it says (CredentialConfig.setBy) */
+  setBy?: Readonly<Record<string, string>>
 }
 
 /**
@@ -52,7 +55,7 @@ export class OwnGrants implements TokenSource {
         const spent = err instanceof GrantError && ((err.kind === 'rejected' && err.oauthError === 'invalid_grant') || err.kind === 'unusable')
         if (!spent) throw GrantError.at('refresh_token', err)
         o.refreshSpent?.()
-        this.#o.log.info({ event: 'token', grant: 'refresh_token', outcome: 'rejected', reason: this.#o.secrets.scrub(err.message) }, `refresh token refused: falling back to the ${this.grant} grant`)
+        this.#o.log.info({ event: 'token', grant: 'refresh_token', outcome: 'rejected', reason: inTheirNames(this.#o.secrets.scrub(err.message), this.#o.setBy) }, `refresh token refused: falling back to the ${this.grant} grant`)
       }
     }
     try {

@@ -203,6 +203,7 @@ export class CredentialRegistry {
     const log = this.#deps.log.child({ component: 'token', ...(config.name !== 'default' && { route: config.name }) })
     const exchange = config.exchange
     const held = { config, global, timeoutMs: global.token.timeoutMs, connections: [] as TlsDispatcher[] }
+    const setBy = config.setBy === undefined ? {} : { setBy: config.setBy }
     if (exchange !== undefined) {
       await this.of(exchange.subject, global)
       const subjectKey = credentialKey(exchange.subject, global)
@@ -214,7 +215,8 @@ export class CredentialRegistry {
         audience: exchange.audience,
         ...(exchange.scope !== undefined && { scope: exchange.scope }),
         log,
-        secrets
+        secrets,
+        ...setBy
       })
       const manager = this.#lifecycle(source, config, log, clock, secrets, global.token)
       // the exchange is made with its subject's certificate
@@ -251,10 +253,11 @@ export class CredentialRegistry {
       ...(dpopKey !== undefined && { dpop: dpopKey, dpopAlgSet: dpopAlgSet === true }),
       clock,
       log,
-      secrets
+      secrets,
+      ...setBy
       })
     }
-    const manager = this.#lifecycle(new OwnGrants({ server: made(held.connections), credentials: store, clock, log, secrets }), config, log, clock, secrets, global.token)
+    const manager = this.#lifecycle(new OwnGrants({ server: made(held.connections), credentials: store, clock, log, secrets, ...setBy }), config, log, clock, secrets, global.token)
     return { ...held, store, credential: manager, client: made, tls, ...(tls?.certificate !== undefined && { unfollow: follow(tls, manager) }) }
   }
 
