@@ -47,3 +47,16 @@ t.test('a route in basic mode on another origin is refused while it would send t
   t.same(problems({ ROUTE_OTHER_AUTH_MODE: 'basic', ROUTE_OTHER_AUTH_USERNAME: 'u2', ROUTE_OTHER_AUTH_PASSWORD: 'p2' }), [], 'its own are accepted')
   t.same(problems({ ROUTE_OTHER_AUTH_MODE: 'basic', ROUTE_OTHER_BASE_URL: 'http://api.internal/other' }), [], 'so is the default route\'s origin')
 })
+
+t.test('a route that names its own auth server takes none of the default route\'s token, issuer or discovery URL', async (t) => {
+  const tokenUrlOf = (env: Record<string, string>): string | undefined => {
+    const config = loadConfig({ ...base, ROUTE_OTHER_AUTH_PASSWORD: 'p2', ROUTE_OTHER_AUTH_CLIENT_SECRET: 's2', ...env }, { cwd: '/nonexistent' })
+    const auth = config.routes.find((r) => r.name === 'other')!.credential.auth
+    return auth.mode === 'oauth2' ? auth.tokenUrl : undefined
+  }
+  const defaultTokenUrl = { AUTH_TOKEN_URL: 'https://sso.internal/realms/main/protocol/openid-connect/token' }
+  t.equal(tokenUrlOf({ ...defaultTokenUrl, ROUTE_OTHER_AUTH_URL: 'https://elsewhere.example', AUTH_REALM: 'main' }), 'https://elsewhere.example/auth/realms/main/protocol/openid-connect/token', 'its AUTH_URL, with the default\'s realm, over the default\'s AUTH_TOKEN_URL')
+  t.equal(tokenUrlOf({ ...defaultTokenUrl, ROUTE_OTHER_AUTH_REALM: 'other', AUTH_URL: 'https://sso.internal' }), 'https://sso.internal/auth/realms/other/protocol/openid-connect/token', 'its realm on the default\'s AUTH_URL')
+  t.equal(tokenUrlOf({ AUTH_URL: '', AUTH_ISSUER_URL: 'https://sso.internal/realms/main', ROUTE_OTHER_AUTH_TOKEN_URL: 'https://elsewhere.example/token' }), 'https://elsewhere.example/token', 'its token URL, discovered from no issuer of the default\'s')
+  t.same(problems({ AUTH_URL: '', AUTH_ISSUER_URL: 'https://sso.internal/realms/main', ROUTE_OTHER_AUTH_REALM: 'other', ROUTE_OTHER_AUTH_PASSWORD: 'p2', ROUTE_OTHER_AUTH_CLIENT_SECRET: 's2' }).filter((p) => p.startsWith('route other:')).length, 1, 'a realm of its own with no AUTH_URL to go with it is a problem, not the default\'s issuer')
+})
