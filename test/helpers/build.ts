@@ -59,6 +59,13 @@ export async function build (t: Test, env: Record<string, string> = {}, tokenOpt
   await tokenServer.listen()
   const upstream = new FakeUpstream(tokenServer, deps.upstreamTls)
   await upstream.listen()
+  // registered before the sidecar is built: a configuration it refuses must not leave the servers holding the test open
+  let app: App | undefined
+  t.teardown(async () => {
+    await app?.close(500)
+    await upstream.close()
+    await tokenServer.close()
+  })
   const config = loadConfig({
     ...harnessEnv({ tokenServer, upstream }),
     ...Object.fromEntries(Object.entries(env).map(([name, value]) => [name, typeof value !== 'string'
@@ -70,15 +77,10 @@ export async function build (t: Test, env: Record<string, string> = {}, tokenOpt
   }, { cwd: '/nonexistent' })
   tokenServer.faults.push(...(deps.faults ?? []))
   const log = captureLogger()
-  const app = await buildApp(config, { logger: log.logger, ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }), ...(deps.tracing !== undefined && { tracing: deps.tracing }), ...(deps.descriptorLimit !== undefined && { descriptorLimit: deps.descriptorLimit }) })
-  const { proxy, admin, routes, forward } = await app.listen()
-  t.teardown(async () => {
-    await app.close(500)
-    await upstream.close()
-    await tokenServer.close()
-  })
+  const built = app = await buildApp(config, { logger: log.logger, ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }), ...(deps.tracing !== undefined && { tracing: deps.tracing }), ...(deps.descriptorLimit !== undefined && { descriptorLimit: deps.descriptorLimit }) })
+  const { proxy, admin, routes, forward } = await built.listen()
   return {
-    app,
+    app: built,
     tokenServer,
     upstream,
     proxyUrl: `http://127.0.0.1:${proxy.port}`,
