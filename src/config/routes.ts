@@ -15,7 +15,7 @@ export const ROUTE_SETTING_DESCRIPTIONS = {
   BASE_URL: 'the route\'s upstream base URL (required); its token is sent to this origin only',
   PATH: 'a path prefix on PROXY_PORT: /billing/x goes to BASE_URL + /x (/billingX is not under it); or',
   PORT: 'its own port on PROXY_HOST, everything on it going to BASE_URL',
-  'AUTH_*': 'any AUTH_ variable, for this route alone (the others are the default route\'s, but for a password, client secret or assertion when it names another auth server, and for where the server is once it says so itself: its own AUTH_URL or AUTH_REALM takes the other of the two from the default route, and nothing else of where its auth server is): a route that sets one has its own credential and token; one that sets none shares the default route\'s',
+  'AUTH_*': 'any AUTH_ variable, for this route alone; the others are the default route\'s, but not its password, client secret or assertion when the route names another auth server, nor then its token, issuer or discovery URL: a route that sets one has its own credential and token; one that sets none shares the default route\'s',
   AUTH_EXCHANGE_AUDIENCE: 'get the route\'s token by token exchange (RFC 8693) of the token it would use otherwise, for this audience',
   AUTH_EXCHANGE_SCOPE: 'the scope asked for in that exchange',
   UPSTREAM_TLS_CERT_FILE: 'a client certificate for its upstream (and _KEY_FILE, _CA_FILE); each of the three not set is the default route\'s'
@@ -155,11 +155,11 @@ function upstreamTlsOf (upper: string, set: Record<string, string>, o: RouteInpu
   return tlsPaths({ cert: pick('CERT', d.cert, 'cert'), key: pick('KEY', d.key, 'key'), ca: pick('CA', d.ca, 'ca'), names }, o.cwd, problems)
 }
 
-/** The credential a route's token comes from: its own AUTH_* over the default's, by token exchange if it says so. */
+/** The credential a route's token comes from: its own AUTH_* over the default's (but for where another server is), by token exchange if it says so. */
 function credentialOf (name: string, upper: string, set: Record<string, string>, o: RouteInput, credentials: Map<string, CredentialConfig>, problems: string[], warnings: string[]): CredentialConfig | undefined {
   const own = Object.fromEntries(Object.entries(set).filter(([setting]) => setting.startsWith('AUTH_') && !setting.startsWith('AUTH_EXCHANGE_')))
-  const ownServer = ownServerSettings(own)
-  const effective = { ...Object.fromEntries(Object.entries(o.defaultAuth).filter(([setting]) => !ownServer.includes(setting))), ...own }
+  const notInherited = serverSettingsNotInherited(own, o.defaultAuth)
+  const effective = { ...Object.fromEntries(Object.entries(o.defaultAuth).filter(([setting]) => !notInherited.includes(setting))), ...own }
   const inherited = secretsSentElsewhere(own, o.defaultAuth)
   if (inherited.length > 0) {
     const server = SERVER_SETTINGS.filter((setting) => setting in own).map((setting) => `ROUTE_${upper}_${setting}`).join(', ')
@@ -174,8 +174,8 @@ function credentialOf (name: string, upper: string, set: Record<string, string>,
   const key = keyOf(effective)
   let base = credentials.get(key)
   if (base === undefined) {
-    // its own settings are those it sets to other values than the default route's
-    const names = setBy(upper, [...new Set([...ownServer, ...Object.keys(own).filter((setting) => own[setting] !== o.defaultAuth[setting])])], o.defaultAuth)
+    // its own settings are those it sets to other values than the default route's, and those of its server it takes none of
+    const names = setBy(upper, [...new Set([...notInherited, ...Object.keys(own).filter((setting) => own[setting] !== o.defaultAuth[setting])])], o.defaultAuth)
     const parsed = authOf(name, names, effective, o, problems, warnings)
     if (parsed === undefined) return undefined
     base = { name, setBy: names, auth: parsed.auth, sources: parsed.credentials }
@@ -248,17 +248,20 @@ function authOf (name: string, names: Record<string, string>, data: Record<strin
 const SERVER_SETTINGS = ['AUTH_URL', 'AUTH_REALM', 'AUTH_TOKEN_URL', 'AUTH_ISSUER_URL', 'AUTH_DISCOVERY_URL']
 
 /**
- * The settings locating its auth server that a route takes none of from the
- * default route: all of them once it sets one, for the default's token or
- * issuer URL would otherwise win over the server it names; but AUTH_URL
- * beside its own AUTH_REALM, and the reverse (another realm of the same
- * Keycloak, or the same realm on another).
+ * The settings locating its auth server that a route does not take from the
+ * default route once it names another server, for the default's token or
+ * issuer URL would win over the one it names: all of them, but AUTH_URL or
+ * AUTH_REALM beside its own other of the two (another realm of the same
+ * Keycloak, or the same realm on another). A discovery URL alone is the
+ * same issuer's document found elsewhere.
  */
-function ownServerSettings (own: Record<string, string>): string[] {
-  const named = SERVER_SETTINGS.filter((setting) => setting in own)
-  if (named.length === 0) return []
-  return named.every((setting) => setting === 'AUTH_URL' || setting === 'AUTH_REALM') ? SERVER_SETTINGS.filter((setting) => setting !== 'AUTH_URL' && setting !== 'AUTH_REALM').concat(named) : SERVER_SETTINGS
+function serverSettingsNotInherited (own: Record<string, string>, defaults: Record<string, unknown>): string[] {
+  const changed = (setting: string): boolean => setting in own && own[setting] !== (defaults[setting] ?? '')
+  if (changed('AUTH_TOKEN_URL') || changed('AUTH_ISSUER_URL')) return SERVER_SETTINGS
+  if (changed('AUTH_URL') || changed('AUTH_REALM')) return ['AUTH_TOKEN_URL', 'AUTH_ISSUER_URL', 'AUTH_DISCOVERY_URL']
+  return []
 }
+
 /** The settings whose values are sent to the auth server as they are: a password, a client secret, an assertion someone else issued. */
 const SENT_SECRETS = [
   { variables: ['AUTH_PASSWORD', 'AUTH_PASSWORD_FILE'], sent: (grant: string, _clientAuth: string) => grant === 'password' },

@@ -49,14 +49,27 @@ t.test('a route in basic mode on another origin is refused while it would send t
 })
 
 t.test('a route that names its own auth server takes none of the default route\'s token, issuer or discovery URL', async (t) => {
-  const tokenUrlOf = (env: Record<string, string>): string | undefined => {
+  // where its requests go, and nothing else
+  const authOf = (env: Record<string, string>): Record<string, unknown> => {
     const config = loadConfig({ ...base, ROUTE_OTHER_AUTH_PASSWORD: 'p2', ROUTE_OTHER_AUTH_CLIENT_SECRET: 's2', ...env }, { cwd: '/nonexistent' })
-    const auth = config.routes.find((r) => r.name === 'other')!.credential.auth
-    return auth.mode === 'oauth2' ? auth.tokenUrl : undefined
+    const { tokenUrl, issuerUrl, discoveryUrl } = config.routes.find((r) => r.name === 'other')!.credential.auth as Record<string, unknown>
+    return { tokenUrl, issuerUrl, discoveryUrl }
   }
-  const defaultTokenUrl = { AUTH_TOKEN_URL: 'https://sso.internal/realms/main/protocol/openid-connect/token' }
-  t.equal(tokenUrlOf({ ...defaultTokenUrl, ROUTE_OTHER_AUTH_URL: 'https://elsewhere.example', AUTH_REALM: 'main' }), 'https://elsewhere.example/auth/realms/main/protocol/openid-connect/token', 'its AUTH_URL, with the default\'s realm, over the default\'s AUTH_TOKEN_URL')
-  t.equal(tokenUrlOf({ ...defaultTokenUrl, ROUTE_OTHER_AUTH_REALM: 'other', AUTH_URL: 'https://sso.internal' }), 'https://sso.internal/auth/realms/other/protocol/openid-connect/token', 'its realm on the default\'s AUTH_URL')
-  t.equal(tokenUrlOf({ AUTH_URL: '', AUTH_ISSUER_URL: 'https://sso.internal/realms/main', ROUTE_OTHER_AUTH_TOKEN_URL: 'https://elsewhere.example/token' }), 'https://elsewhere.example/token', 'its token URL, discovered from no issuer of the default\'s')
-  t.same(problems({ AUTH_URL: '', AUTH_ISSUER_URL: 'https://sso.internal/realms/main', ROUTE_OTHER_AUTH_REALM: 'other', ROUTE_OTHER_AUTH_PASSWORD: 'p2', ROUTE_OTHER_AUTH_CLIENT_SECRET: 's2' }).filter((p) => p.startsWith('route other:')).length, 1, 'a realm of its own with no AUTH_URL to go with it is a problem, not the default\'s issuer')
+  const defaultTokenUrl = { AUTH_TOKEN_URL: 'https://sso.internal/realms/main/protocol/openid-connect/token', AUTH_REALM: 'main' }
+  t.equal(authOf({ ...defaultTokenUrl, ROUTE_OTHER_AUTH_URL: 'https://elsewhere.example' }).tokenUrl, 'https://elsewhere.example/auth/realms/main/protocol/openid-connect/token', 'its AUTH_URL, with the default\'s realm, over the default\'s AUTH_TOKEN_URL')
+  t.equal(authOf({ ...defaultTokenUrl, ROUTE_OTHER_AUTH_REALM: 'other' }).tokenUrl, 'https://sso.internal/auth/realms/other/protocol/openid-connect/token', 'its realm on the default\'s AUTH_URL')
+  const issuer = { AUTH_URL: '', AUTH_ISSUER_URL: 'https://sso.internal/realms/main', AUTH_DISCOVERY_URL: 'http://keycloak.internal:8080/realms/main/.well-known/openid-configuration' }
+  t.same(authOf({ ...issuer, ROUTE_OTHER_AUTH_TOKEN_URL: 'https://elsewhere.example/token' }), { tokenUrl: 'https://elsewhere.example/token', issuerUrl: undefined, discoveryUrl: undefined }, 'its token URL, with no discovery of the default\'s issuer')
+  t.same(authOf({ ...issuer, ROUTE_OTHER_AUTH_ISSUER_URL: 'https://elsewhere.example/realms/x' }), { tokenUrl: undefined, issuerUrl: 'https://elsewhere.example/realms/x', discoveryUrl: 'https://elsewhere.example/realms/x/.well-known/openid-configuration' }, 'its issuer, with its own document, not the default\'s')
+  t.match(problems({ ...issuer, ROUTE_OTHER_AUTH_REALM: 'other', ROUTE_OTHER_AUTH_PASSWORD: 'p2', ROUTE_OTHER_AUTH_CLIENT_SECRET: 's2' }), ['route other: AUTH_URL is required in oauth2 mode (or set ROUTE_OTHER_AUTH_ISSUER_URL or ROUTE_OTHER_AUTH_TOKEN_URL)'], 'a realm of its own with no AUTH_URL to go with it is a problem, not the default\'s issuer')
+})
+
+t.test('controls: a route that sets its server to the default route\'s own values, or only a discovery URL, takes the rest from the default route', async (t) => {
+  const routeOf = (env: Record<string, string>) => loadConfig({ ...base, ...env }, { cwd: '/nonexistent' }).routes
+  const withTokenUrl = { AUTH_TOKEN_URL: 'https://sso.internal/token' }
+  const [first, other] = routeOf({ ...withTokenUrl, ROUTE_OTHER_AUTH_URL: 'https://sso.internal' })
+  t.equal(other!.credential, first!.credential, 'the default\'s AUTH_URL said again: the default route\'s credential, token URL and secrets')
+  const issuer = { AUTH_URL: '', AUTH_ISSUER_URL: 'https://sso.internal/realms/main' }
+  const auth = routeOf({ ...issuer, ROUTE_OTHER_AUTH_DISCOVERY_URL: 'http://keycloak.internal:8080/realms/main/.well-known/openid-configuration', ROUTE_OTHER_AUTH_PASSWORD: 'p2', ROUTE_OTHER_AUTH_CLIENT_SECRET: 's2' })[1]!.credential.auth
+  t.match(auth, { issuerUrl: 'https://sso.internal/realms/main', discoveryUrl: 'http://keycloak.internal:8080/realms/main/.well-known/openid-configuration' }, 'the default\'s issuer, its document found at the route\'s address')
 })
