@@ -1,13 +1,12 @@
-import { EventEmitter } from 'node:events'
 import type { SecretValues } from '../config/credentials.js'
-import type { Authorization, Credential, CredentialEvents, LogoutResult, Verdict } from './credential.js'
+import { credentialEvents, type Authorization, type Credential, type LogoutResult, type Verdict } from './credential.js'
 
 type Store = { read(): Promise<SecretValues>, onChange?(listener: () => void): void }
 
 /** AUTH_MODE=basic: a fixed RFC 7617 header, rebuilt when a credential file changes. */
 export class BasicCredential implements Credential {
   readonly kind = 'basic'
-  readonly events = new EventEmitter<CredentialEvents>()
+  readonly events = credentialEvents()
   readonly #credentials: Store
   #authorization: Authorization
 

@@ -1,4 +1,4 @@
-import type { EventEmitter } from 'node:events'
+import { EventEmitter } from 'node:events'
 import type { DpopRefusal } from './challenge.js'
 import type { GrantType } from './grant.js'
 
@@ -76,6 +76,15 @@ export interface CredentialEvents {
   logout: [outcome: LogoutOutcome]
   /** the upstream refused a DPoP proof (not the token) */
   dpop_refused: [reason: DpopRefusal]
+}
+
+/**
+ * A credential's events, with no listener limit: every route that uses it,
+ * every exchange made from it and the metrics listen, so a dozen routes
+ * sharing one are a configuration, not a leak to warn of.
+ */
+export function credentialEvents (): EventEmitter<CredentialEvents> {
+  return new EventEmitter<CredentialEvents>().setMaxListeners(0)
 }
 
 /** A credential as the sidecar runs it: the proxy's part, readiness, and its life. */

@@ -1,9 +1,8 @@
-import { EventEmitter } from 'node:events'
 import { TokenUnavailableError } from '../errors.js'
 import type { Logger } from '../logger.js'
 import type { SecretScrubber } from '../secrets.js'
 import { Alarm, systemClock, type Clock } from './clock.js'
-import type { Authorization, Credential, CredentialEvents, HeaderValue, LogoutResult, Verdict } from './credential.js'
+import { credentialEvents, type Authorization, type Credential, type HeaderValue, type LogoutResult, type Verdict } from './credential.js'
 import type { Endpoints } from './discovery.js'
 import type { DpopKey } from './dpop.js'
 import { inTheirNames } from '../config/names.js'
@@ -58,7 +57,7 @@ export interface GrantReport extends Obtained {
  */
 export class TokenLifecycle implements Credential {
   readonly kind = 'oauth2'
-  readonly events = new EventEmitter<CredentialEvents>()
+  readonly events = credentialEvents()
   /** how its tokens are obtained: the auth server, the grants */
   readonly #source: TokenSource
   readonly #o: TokenLifecycleOptions
