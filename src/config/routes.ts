@@ -256,10 +256,15 @@ const SERVER_SETTINGS = ['AUTH_URL', 'AUTH_REALM', 'AUTH_TOKEN_URL', 'AUTH_ISSUE
  * same issuer's document found elsewhere.
  */
 function serverSettingsNotInherited (own: Record<string, string>, defaults: Record<string, unknown>): string[] {
-  const changed = (setting: string): boolean => setting in own && own[setting] !== (defaults[setting] ?? '')
+  const changed = (setting: string): boolean => setOtherwise(setting, own, defaults)
   if (changed('AUTH_TOKEN_URL') || changed('AUTH_ISSUER_URL')) return SERVER_SETTINGS
   if (changed('AUTH_URL') || changed('AUTH_REALM')) return ['AUTH_TOKEN_URL', 'AUTH_ISSUER_URL', 'AUTH_DISCOVERY_URL']
   return []
+}
+
+/** Whether a route sets `setting` to another value than the default route's (unset there counts as empty). */
+function setOtherwise (setting: string, own: Record<string, string>, defaults: Record<string, unknown>): boolean {
+  return setting in own && own[setting] !== (defaults[setting] ?? '')
 }
 
 /** The settings whose values are sent to the auth server as they are: a password, a client secret, an assertion someone else issued. */
@@ -275,7 +280,7 @@ const SENT_SECRETS = [
  * route that names one of a secret's variables chose it.
  */
 function secretsSentElsewhere (own: Record<string, string>, defaults: Record<string, unknown>): string[] {
-  const elsewhere = SERVER_SETTINGS.some((setting) => setting in own && own[setting] !== (defaults[setting] ?? ''))
+  const elsewhere = SERVER_SETTINGS.some((setting) => setOtherwise(setting, own, defaults))
   if (!elsewhere) return []
   const effective = (setting: string, fallback: string): string => String((setting in own ? own[setting] : defaults[setting]) || fallback)
   if (effective('AUTH_MODE', 'oauth2') !== 'oauth2') return []

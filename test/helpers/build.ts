@@ -77,10 +77,10 @@ export async function build (t: Test, env: Record<string, string> = {}, tokenOpt
   }, { cwd: '/nonexistent' })
   tokenServer.faults.push(...(deps.faults ?? []))
   const log = captureLogger()
-  const built = app = await buildApp(config, { logger: log.logger, ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }), ...(deps.tracing !== undefined && { tracing: deps.tracing }), ...(deps.descriptorLimit !== undefined && { descriptorLimit: deps.descriptorLimit }) })
-  const { proxy, admin, routes, forward } = await built.listen()
+  app = await buildApp(config, { logger: log.logger, ...(deps.headersTimeoutMs !== undefined && { headersTimeoutMs: deps.headersTimeoutMs }), ...(deps.tracing !== undefined && { tracing: deps.tracing }), ...(deps.descriptorLimit !== undefined && { descriptorLimit: deps.descriptorLimit }) })
+  const { proxy, admin, routes, forward } = await app.listen()
   return {
-    app: built,
+    app,
     tokenServer,
     upstream,
     proxyUrl: `http://127.0.0.1:${proxy.port}`,
